@@ -1,0 +1,1 @@
+"""Analysis: reads run directories and models; the trainer never imports it."""

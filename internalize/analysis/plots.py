@@ -1,0 +1,78 @@
+"""Figures a reader looks at: loss over steps, attention per layer, accuracy per stage."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def loss_curve(metrics: list[dict], path: Path, title: str = "") -> None:
+    """Validation loss over steps (log scale), stage boundaries as dashed lines."""
+    steps = [r for r in metrics if "val_loss" in r and "event" not in r]
+    ends = [r for r in metrics if r.get("event") == "stage_end"]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.plot([r["step"] for r in steps], [max(r["val_loss"], 1e-8) for r in steps], lw=1.6, color="C0")
+    ax.set_yscale("log")
+    done = 0
+    for i, r in enumerate(ends[:-1]):
+        done += r["steps"]
+        ax.axvline(done, ls="--", lw=0.8, color="0.5")
+    for i, r in enumerate(ends):
+        start = sum(e["steps"] for e in ends[:i])
+        ax.text(start + r["steps"] / 2, 1.0, f"{i + 1}", transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize=8, color="0.35")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation loss (stage targets)")
+    ax.set_title(title or "validation loss; dashed lines: stage boundaries", fontsize=10, pad=14)
+    ax.grid(alpha=0.3, which="both", lw=0.4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def attention_heatmap(attention: np.ndarray, level: np.ndarray, children: np.ndarray, layer: int,
+                      path: Path) -> None:
+    """Layer `layer`'s attention rows for its own level over the keys they may see; children boxed."""
+    rows = np.flatnonzero(level == layer)
+    keys = np.flatnonzero(level < layer)
+    block = attention[np.ix_(rows, keys)]  # (width, keys)
+    fig, ax = plt.subplots(figsize=(min(12, 2 + 0.12 * len(keys)), 1.2 + 0.35 * len(rows)))
+    im = ax.imshow(block, aspect="auto", cmap="viridis", vmin=0, vmax=max(0.5, float(block.max())),
+                   interpolation="nearest")
+    col = {k: i for i, k in enumerate(keys)}
+    for r, m in enumerate(rows):
+        for c in children[m]:
+            ax.add_patch(plt.Rectangle((col[c] - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=1.2))
+    ax.set_yticks(range(len(rows)), [str(m + 1) for m in rows], fontsize=7)
+    step = max(1, len(keys) // 20)
+    ax.set_xticks(range(0, len(keys), step), [str(k + 1) for k in keys[::step]], fontsize=7)
+    ax.set_xlabel("key position (1-based); red boxes: the two children")
+    ax.set_ylabel("query")
+    mass = block[np.arange(len(rows))[:, None], [[col[c] for c in children[m]] for m in rows]].sum(1).mean()
+    ax.set_title(f"layer {layer}: level-{layer} nodes, mean mass on children {mass:.3f}", fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def stage_accuracy(per_stage: list[dict], path: Path, key: str = "zero_filled_accuracy") -> None:
+    """Zero-filled (one pass, every thinking token padded) accuracy after each stage."""
+    stages = [r["stage"] for r in per_stage]
+    acc = [r[key] for r in per_stage]
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(stages) + 2), 3.2))
+    ax.bar(stages, acc, color=["C2" if a >= 0.99 else "C0" for a in acc])
+    ax.axhline(0.5, ls="--", lw=0.8, color="0.4")
+    ax.text(stages[-1] + 0.45, 0.5, "chance", va="bottom", ha="right", fontsize=8, color="0.4")
+    ax.set_ylim(0, 1.05)
+    ax.set_xticks(stages)
+    ax.set_xlabel("after stage")
+    ax.set_ylabel("zero-filled accuracy")
+    ax.set_title("one forward pass, every thinking token padded", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,175 @@
+"""Typed experiment configs: YAML files, dotted `key=value` overrides, unknown keys rejected."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from internalize.tasks import check_sizes
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """Bad user input: reported as one line, exit code 2."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ParityTreeTask(Strict):
+    name: Literal["parity_tree"] = "parity_tree"
+    n: int = 30
+    k: int = 16
+    pairing: Literal["sorted", "random"] = "sorted"  # decided here: sorted leaves, paired in order
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        check_sizes(self.n, self.k)
+        return self
+
+
+class LogICoTModel(Strict):
+    name: Literal["logicot"] = "logicot"
+    link: Literal["cos", "quadratic"] = "cos"
+    mask: Literal["lower_levels", "previous_level"] = "lower_levels"
+    gate: Literal["frontier", "fixed", "none"] = "frontier"  # decided here: frontier
+    quantize: bool = False  # round W to integers after every update
+
+
+class CurriculumConfig(Strict):
+    name: Literal["log_icot", "stepwise", "full_cot", "e2e"] = "log_icot"
+
+
+class TheoryConfig(Strict):
+    samples: Optional[int] = None  # the one batch per stage; None: round(n ** (2 + eps))
+    eps: float = 0.9
+    row_step: float = 9.0  # each row moves until its largest entry changes by this much
+
+
+class TrainConfig(Strict):
+    mode: Literal["experiment", "theory"] = "experiment"
+    optimizer: Literal["adam", "row_step"] = "adam"
+    lr: float = 0.1
+    batch_size: int = 1024  # decided here: 256 (the spec's reference) stalls at k=32, n>=80
+    reset_optimizer: bool = True  # a fresh optimizer each stage
+    advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
+    threshold: float = 0.001  # advance once the stage's validation loss is below this
+    steps_per_stage: int = 150  # used when advance = steps
+    max_steps_per_stage: int = 1000  # the cap under advance = threshold
+    eval_every: int = 10
+    val_size: int = 2048
+    theory: TheoryConfig = TheoryConfig()
+
+
+class EvalConfig(Strict):
+    test_size: int = 4096
+
+
+class Config(Strict):
+    experiment: str
+    description: str = ""
+    seed: int = 0
+    device: Literal["cpu", "cuda"] = "cpu"
+    scale: str = "default"
+    task: ParityTreeTask = ParityTreeTask()
+    model: LogICoTModel = LogICoTModel()
+    curriculum: CurriculumConfig = CurriculumConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _theory(self):
+        """The Theorem-1 regime: one normalised step per stage on n^(2+eps) samples, then rounding."""
+        if self.train.mode == "theory":
+            t = self.train
+            samples = t.theory.samples or round(self.task.n ** (2 + t.theory.eps))
+            t.optimizer, t.advance, t.steps_per_stage, t.batch_size = "row_step", "steps", 1, samples
+            self.model.quantize = True
+        for key in ("batch_size", "steps_per_stage", "max_steps_per_stage", "eval_every", "val_size"):
+            if getattr(self.train, key) < 1:
+                raise ValueError(f"train.{key} must be at least 1")
+        return self
+
+
+def available() -> dict[str, str]:
+    """Experiment name -> one-line description, from the bundled configs."""
+    out = {}
+    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+        out[path.stem] = yaml.safe_load(path.read_text()).get("description", "")
+    return out
+
+
+def set_dotted(raw: dict, key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {key}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value")
+    key, value = text.split("=", 1)
+    if not key:
+        raise ConfigError(f"override {text!r} has no key")
+    parsed = yaml.safe_load(value) if value else ""
+    if isinstance(parsed, str):
+        try:  # YAML 1.1 reads 1e-3 as a string
+            parsed = float(parsed)
+        except ValueError:
+            pass
+    return key.strip(), parsed
+
+
+def _format(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key '{where}'"
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def load(name_or_path: str, overrides: list[str] = (), scale: Optional[str] = None) -> Config:
+    """Resolve an experiment by name (bundled config) or YAML path, then a scale, then overrides."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") and path.exists()):
+        path = CONFIG_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            names = ", ".join(available())
+            raise ConfigError(f"unknown experiment {name_or_path!r}; available: {names}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err.__class__.__name__})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config must be a mapping")
+    raw = copy.deepcopy(raw)
+    raw.setdefault("experiment", path.stem)
+    scales = raw.pop("scales", {}) or {}
+    if scale and scale != "default":
+        if scale not in scales:
+            raise ConfigError(f"experiment {raw['experiment']!r} has no scale {scale!r}; it has: "
+                              + (", ".join(scales) or "none"))
+        for key, value in scales[scale].items():
+            set_dotted(raw, key, value)
+        raw["scale"] = scale
+    for text in overrides:
+        set_dotted(raw, *parse_override(text))
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format(err)) from None
+
+
+def to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

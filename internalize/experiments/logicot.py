@@ -1,0 +1,109 @@
+"""Log-ICoT wired together: the parity tree, the gated model, a curriculum, squared error."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from internalize.config import Config
+from internalize.curricula import get_curriculum
+from internalize.evaluate import child_attention_mass, sign_accuracy
+from internalize.models import GatePlan, LogICoT, gate_plan
+from internalize.objectives import squared_error
+from internalize.tasks import ParityTree
+from internalize.train import Stage
+
+VAL_SEED, TEST_SEED = 1_000_003, 2_000_003  # evaluation sets are seeded apart from training
+
+
+class LogICoTSystem:
+    def __init__(self, config: Config):
+        self.config = config
+        task = config.task
+        self.task = ParityTree(task.n, task.k, config.seed, task.pairing)
+        self.layout = self.task.layout
+        self.model = LogICoT(self.layout.level, config.model.link, config.model.mask)
+        self.curriculum = get_curriculum(config.curriculum.name)
+        self.num_stages = self.curriculum.num_stages(len(self.layout.thinking))
+        self.val = self.task.sample(config.train.val_size, torch.Generator().manual_seed(config.seed + VAL_SEED))
+        self.test = self.task.sample(config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
+
+    # -- stages ------------------------------------------------------------------------------
+    def padded(self, removed: np.ndarray) -> np.ndarray:
+        """(T,) bool over positions, from a (thinking,) mask of removed thinking tokens."""
+        padded = np.zeros(self.layout.length, dtype=bool)
+        padded[self.layout.thinking[removed]] = True
+        return padded
+
+    def plan(self, padded: np.ndarray, answer_only: bool = False) -> GatePlan:
+        return gate_plan(self.layout.level, self.layout.children, padded, self.config.model.gate, answer_only)
+
+    def stage_plan(self, index: int) -> GatePlan:
+        removed = self.curriculum.removed(index, len(self.layout.thinking))
+        return self.plan(self.padded(removed), self.curriculum.answer_only)
+
+    def inputs(self, values: torch.Tensor, plan_padded: np.ndarray) -> torch.Tensor:
+        """h^(0): the values with padded thinking tokens and the answer set to 0."""
+        h = values.clone()
+        hidden = torch.as_tensor(plan_padded).clone()
+        hidden[self.layout.answer] = True
+        return h.masked_fill(hidden, 0.0)
+
+    def stage(self, index: int) -> Stage:
+        removed = self.curriculum.removed(index, len(self.layout.thinking))
+        padded = self.padded(removed)
+        plan = self.plan(padded, self.curriculum.answer_only)
+        if self.curriculum.train_all_layers:
+            params = list(self.model.W)
+        else:
+            params = [self.model.W[plan.frontier - 1]]
+
+        def loss(values: torch.Tensor) -> torch.Tensor:
+            return squared_error(self.model(self.inputs(values, padded), plan), values, plan.targets)
+
+        @torch.no_grad()
+        def validate() -> float:
+            return float(loss(self.val))
+
+        info = dict(padded=int(removed.sum()), layer="all" if self.curriculum.train_all_layers else plan.frontier)
+        return Stage(info=info, params=params, loss=loss, validate=validate)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        return self.task.sample(batch_size, generator)
+
+    def after_step(self) -> None:
+        if self.config.model.quantize:
+            self.model.round_weights()
+
+    # -- evaluation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def zero_filled_accuracy(self, values: torch.Tensor) -> float:
+        """One forward pass with every thinking token padded; accuracy of the answer's sign."""
+        padded = self.padded(np.ones(len(self.layout.thinking), dtype=bool))
+        plan = self.plan(padded, answer_only=True)
+        pred = self.model(self.inputs(values, padded), plan)
+        return sign_accuracy(pred[:, -1], values[:, -1])
+
+    @torch.no_grad()
+    def explicit_cot_accuracy(self, values: torch.Tensor) -> float:
+        """Explicit CoT decoding: L sequential passes, each writing the signs of one more level."""
+        lay = self.layout
+        nothing = np.zeros(lay.length, dtype=bool)
+        plan = self.plan(nothing)
+        h = self.inputs(values, np.ones(lay.length, dtype=bool) & (lay.level > 0))
+        for level in range(1, lay.depth + 1):
+            pred = self.model(h, plan)  # (B, T)
+            here = torch.as_tensor(lay.positions(level))
+            h[:, here] = torch.where(pred[:, here] > 0, 1.0, -1.0)
+        return sign_accuracy(h[:, -1], values[:, -1])
+
+    def evaluate(self) -> dict[str, float]:
+        return dict(zero_filled_accuracy=self.zero_filled_accuracy(self.test))
+
+    @torch.no_grad()
+    def summary(self) -> dict:
+        lay = self.layout
+        mass = [child_attention_mass(self.model.attention(l), lay.level, lay.children, l)
+                for l in range(1, lay.depth + 1)]
+        return dict(zero_filled_accuracy=self.zero_filled_accuracy(self.test),
+                    explicit_cot_accuracy=self.explicit_cot_accuracy(self.test),
+                    child_attention_mass=mass, layers=lay.depth, support=list(lay.support))

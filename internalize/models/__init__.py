@@ -1,0 +1,4 @@
+"""Models: they know positions and shapes, never a task, curriculum or trainer."""
+from internalize.models.logicot import GatePlan, LogICoT, gate_plan
+
+__all__ = ["GatePlan", "LogICoT", "gate_plan"]

@@ -1,0 +1,151 @@
+"""The L-layer gated scalar transformer of Log-ICoT (specs/logicot.md, "Model").
+
+Every position carries one scalar. Layer l mixes the scalars with a softmax attention whose
+logits are a trainable position-by-position block W^(l) (zero at init), passes the mix through a
+fixed link phi, and a prescribed gate decides which positions take the new value:
+
+    A^(l) = softmax over allowed keys of W^(l)        (T, T), row m = query m
+    u^(l) = phi(h^(l-1) @ A^(l).T)                    (B, T)
+    h^(l) = where(g^(l), u^(l), h^(l-1))
+
+The model knows positions and levels only; which positions are padded and supervised in a stage
+comes in as a GatePlan, derived from the tree by `gate_plan`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def cos_link(t: torch.Tensor) -> torch.Tensor:
+    return -torch.cos(math.pi * t)
+
+
+def quadratic_link(t: torch.Tensor) -> torch.Tensor:
+    """Kim & Suzuki's piecewise quadratic: the same fixed points as -cos(pi t)."""
+    low = -4 * t**2 - 8 * t - 3
+    mid = 4 * t**2 - 1
+    high = -4 * t**2 + 8 * t - 3
+    return torch.where(t < -0.5, low, torch.where(t < 0.5, mid, high))
+
+
+LINKS = {"cos": cos_link, "quadratic": quadratic_link}
+MASKS = ("lower_levels", "previous_level")
+GATES = ("frontier", "fixed", "none")
+
+
+def allowed_keys(level: np.ndarray, mask: str) -> torch.Tensor:
+    """(T, T) bool: which keys each query may attend to.
+
+    A level-l node sees every position below level l (`lower_levels`) or level l-1 only
+    (`previous_level`; the inputs for level 1). Input rows are never computed; they are given
+    their own position so that their softmax is defined.
+    """
+    if mask not in MASKS:
+        raise ValueError(f"model.mask must be one of {MASKS} (got {mask!r})")
+    lvl = torch.as_tensor(level)
+    query, key = lvl[:, None], lvl[None, :]  # (T, 1), (1, T)
+    allowed = key < query if mask == "lower_levels" else key == query - 1
+    inputs = torch.nonzero(lvl == 0).squeeze(1)
+    allowed[inputs] = False
+    allowed[inputs, inputs] = True
+    return allowed
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    """One stage's wiring: what each layer writes, what is supervised and where it is read."""
+
+    write: torch.Tensor  # (L, T) bool, g^(l) for l = 1..L
+    targets: torch.Tensor  # (T,) bool, the supervised positions
+    readout: int  # 1-based layer whose link output u is read at the targets
+    frontier: int  # 1-based layer that learns this stage
+
+
+def compute_depth(children: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """(T,) how many layers it takes to compute each node from what is explicit.
+
+    Inputs and explicit nodes: 0. A padded node: 1 + the deeper of its children. Children
+    always precede their parent in the sequence, so one pass in order suffices.
+    """
+    depth = np.zeros(len(children), dtype=np.int64)
+    for m in np.flatnonzero(padded):
+        depth[m] = 1 + depth[children[m]].max()
+    return depth
+
+
+def gate_plan(
+    level: np.ndarray, children: np.ndarray, padded: np.ndarray, gate: str, answer_only: bool
+) -> GatePlan:
+    """Derive the gates of a stage from the tree and the padded positions.
+
+    `frontier` (default): layer c writes the padded nodes of compute depth c; the frontier
+    layer F = 1 + the deepest padded node predicts every explicit node and the answer from
+    what is below them (teacher forcing), and is not written back; layers above F are idle.
+    `fixed`: layer l writes every level-l node in every stage; the loss is on level F.
+    `none`: every layer overwrites every node; the prediction is read from the top layer.
+    """
+    if gate not in GATES:
+        raise ValueError(f"model.gate must be one of {GATES} (got {gate!r})")
+    depth = int(level.max())
+    padded = np.asarray(padded, dtype=bool)
+    if padded[level == 0].any() or padded[-1]:
+        raise ValueError("only thinking tokens can be padded, never inputs or the answer")
+    cdepth = compute_depth(children, padded)
+    frontier = 1 + int(cdepth.max())
+    tree = level > 0
+    layers = np.arange(1, depth + 1)[:, None]  # (L, 1)
+    if gate == "frontier":
+        write = padded[None, :] & (cdepth[None, :] == layers)
+        targets, readout = tree & ~padded, frontier
+    elif gate == "fixed":
+        write = level[None, :] == layers
+        targets, readout = level == frontier, frontier
+    else:
+        write = np.broadcast_to(tree, (depth, len(level)))
+        targets, readout = tree & ~padded, depth
+    if answer_only:
+        targets = np.zeros_like(targets)
+        targets[-1] = True
+    return GatePlan(
+        write=torch.as_tensor(np.ascontiguousarray(write)),
+        targets=torch.as_tensor(targets),
+        readout=readout,
+        frontier=frontier,
+    )
+
+
+class LogICoT(nn.Module):
+    def __init__(self, level: np.ndarray, link: str = "cos", mask: str = "lower_levels"):
+        super().__init__()
+        if link not in LINKS:
+            raise ValueError(f"model.link must be one of {tuple(LINKS)} (got {link!r})")
+        self.depth = int(level.max())
+        length = len(level)
+        self.link_name, self.link = link, LINKS[link]
+        self.register_buffer("allowed", allowed_keys(level, mask), persistent=False)
+        self.W = nn.ParameterList(nn.Parameter(torch.zeros(length, length)) for _ in range(self.depth))
+
+    def attention(self, layer: int) -> torch.Tensor:
+        """A^(layer) for a 1-based layer, (T, T)."""
+        logits = self.W[layer - 1].masked_fill(~self.allowed, float("-inf"))
+        return torch.softmax(logits, dim=-1)
+
+    def forward(self, h: torch.Tensor, plan: GatePlan) -> torch.Tensor:
+        """h: (B, T) values with padded positions at 0. Returns u^(readout), (B, T)."""
+        for layer in range(1, plan.readout + 1):
+            u = self.link(h @ self.attention(layer).T)  # (B, T)
+            if layer == plan.readout:
+                return u
+            h = torch.where(plan.write[layer - 1], u, h)
+        raise AssertionError("unreachable: readout >= 1")
+
+    @torch.no_grad()
+    def round_weights(self) -> None:
+        """Integer quantisation: round every entry of every W^(l)."""
+        for w in self.W:
+            w.round_()

@@ -1,0 +1,86 @@
+import pytest
+
+from internalize import config as configs
+from internalize.cli import TIMINGS
+from tests.conftest import read_summary
+
+EXPERIMENTS = sorted(configs.available())
+
+
+def test_list_names_every_experiment(cli):
+    result = cli("list")
+    assert result.exit_code == 0
+    for name in ["logicot", "logicot_stepwise", "logicot_e2e", "logicot_no_gates", "logicot_theory"]:
+        assert name in result.output
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_smoke_run_of_every_config(cli, tmp_path, name):
+    out = tmp_path / name
+    result = cli("run", name, "--smoke", "--quiet", "--out", out)
+    assert result.exit_code == 0, result.output
+    summary = read_summary(out)
+    for key in ("zero_filled_accuracy", "stages", "samples_seen", "train_seconds", "child_attention_mass",
+                "per_stage"):
+        assert key in summary
+    assert len(summary["per_stage"]) == summary["stages"]
+    assert len(summary["child_attention_mass"]) == summary["layers"] == 3
+    assert {"val_loss", "zero_filled_accuracy"} <= set(summary["per_stage"][0])
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert {"val_loss.png", "zero_filled_accuracy.png", "attention_layer1.png", "attention_layer3.png"} <= figures
+    assert (out / "checkpoints" / "model.safetensors").exists()
+    assert "scale: smoke" in (out / "config.yaml").read_text()
+
+
+def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
+    assert cli("run", "logicot", "--smoke", "--quiet", "--out", tmp_path / "r").exit_code == 0
+    summary = read_summary(tmp_path / "r")
+    assert summary["stages"] == 3
+    assert [round(s["zero_filled_accuracy"]) for s in summary["per_stage"]] == [0.0, 0.0, 1.0] or \
+        summary["per_stage"][-1]["zero_filled_accuracy"] == 1.0
+    assert summary["zero_filled_accuracy"] == 1.0
+    assert min(summary["child_attention_mass"]) >= 0.9
+
+
+def without_timings(summary):
+    drop = lambda d: {k: v for k, v in d.items() if k not in TIMINGS}  # noqa: E731
+    return {**drop(summary), "per_stage": [drop(s) for s in summary["per_stage"]]}
+
+
+def test_same_config_and_seed_give_the_same_summary(cli, tmp_path):
+    for name in ("a", "b"):
+        assert cli("run", "logicot", "--smoke", "--quiet", "--set", "seed=4", "--out", tmp_path / name).exit_code == 0
+    a, b = read_summary(tmp_path / "a"), read_summary(tmp_path / "b")
+    assert without_timings(a) == without_timings(b)
+    other = tmp_path / "c"
+    assert cli("run", "logicot", "--smoke", "--quiet", "--set", "seed=5", "--out", other).exit_code == 0
+    assert read_summary(other)["support"] != a["support"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["logicot", "--set", "task.k=12"], "task.k must be a power of two"),
+    (["logicot", "--set", "task.k=64"], "must not exceed task.n"),
+    (["logicot", "--set", "task.k=1"], "at least 2"),
+    (["logicot", "--set", "task.nn=3"], "unknown config key 'task.nn'"),
+    (["logicot", "--set", "train.lr"], "key=value"),
+    (["logicot", "--set", "model.gate=sometimes"], "model.gate"),
+    (["logicot", "--scale", "huge"], "no scale 'huge'"),
+    (["parity_forever"], "unknown experiment 'parity_forever'"),
+])
+def test_bad_input_is_one_clear_line_and_exit_2_and_leaves_no_run(cli, tmp_path, args, message):
+    out = tmp_path / "run"
+    result = cli("run", *args, "--out", out)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.output
+    assert not out.exists()
+
+
+def test_an_existing_run_is_never_overwritten(cli, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text("precious")
+    result = cli("run", "logicot", "--smoke", "--out", out)
+    assert result.exit_code == 2 and "already exists" in result.output
+    assert (out / "summary.json").read_text() == "precious"
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]

@@ -1,0 +1,35 @@
+import pytest
+
+from internalize.config import ConfigError, load, parse_override
+
+
+def test_overrides_are_typed_by_yaml():
+    assert parse_override("task.n=40") == ("task.n", 40)
+    assert parse_override("model.quantize=true") == ("model.quantize", True)
+    assert parse_override("train.lr=1e-2") == ("train.lr", 0.01)
+    cfg = load("logicot", ["task.n=40", "task.k=8", "seed=7"])
+    assert (cfg.task.n, cfg.task.k, cfg.seed) == (40, 8, 7)
+
+
+def test_scale_then_overrides():
+    cfg = load("logicot", ["task.n=20"], scale="smoke")
+    assert (cfg.task.n, cfg.task.k, cfg.scale) == (20, 8, "smoke")
+
+
+def test_theory_mode_resolves_to_one_rounded_step_per_stage():
+    cfg = load("logicot_theory")
+    assert cfg.train.optimizer == "row_step" and cfg.train.steps_per_stage == 1
+    assert cfg.train.advance == "steps" and cfg.model.quantize
+    assert cfg.train.batch_size == round(30 ** 2.9)
+    assert load("logicot_theory", ["train.theory.samples=500"]).train.batch_size == 500
+
+
+def test_a_config_file_path_works_and_a_bad_one_is_refused(tmp_path):
+    good = tmp_path / "mine.yaml"
+    good.write_text("task: {n: 20, k: 4}\n")
+    cfg = load(str(good))
+    assert cfg.experiment == "mine" and cfg.task.k == 4
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: {n: 20, k: 4, colour: red}\n")
+    with pytest.raises(ConfigError, match="unknown config key 'task.colour'"):
+        load(str(bad))
