@@ -93,10 +93,11 @@ def execute(config, path: Path, show: bool = True) -> dict:
 
 def report(summary: dict, path: Path) -> None:
     table = Table(title=f"{summary['experiment']} (seed {summary['seed']})")
-    for col in ("stage", "padded", "learns", "steps", "samples", "val loss", "zero-filled", "seconds"):
+    table.caption = "padded: thinking tokens hidden; trains: the layer that learns; accuracy: zero-filled, one pass"
+    for col in ("stage", "padded", "trains", "steps", "samples", "val loss", "accuracy", "seconds"):
         table.add_column(col, justify="right")
     for r in summary["per_stage"]:
-        table.add_row(str(r["stage"]), str(r["padded"]), f"layer {r['layer']}", str(r["steps"]), f"{r['samples_seen']:,}",
+        table.add_row(str(r["stage"]), str(r["padded"]), str(r["layer"]), str(r["steps"]), f"{r['samples_seen']:,}",
                       f"{r['val_loss']:.2e}", f"{r['zero_filled_accuracy']:.3f}", f"{r['train_seconds']:.2f}")
     console.print(table)
     mass = ", ".join(f"{m:.3f}" for m in summary["child_attention_mass"])

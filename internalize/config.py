@@ -38,6 +38,8 @@ class LogICoTModel(Strict):
     link: Literal["cos", "quadratic"] = "cos"
     mask: Literal["lower_levels", "previous_level"] = "lower_levels"
     gate: Literal["frontier", "fixed", "none"] = "frontier"  # decided here: frontier
+    # where a target is read: just above its padded children (per_node), or all at the frontier
+    readout: Literal["per_node", "frontier"] = "per_node"
     quantize: bool = False  # round W to integers after every update
 
 
@@ -58,10 +60,10 @@ class TrainConfig(Strict):
     batch_size: int = 1024  # decided here: 256 (the spec's reference) stalls at k=32, n>=80
     reset_optimizer: bool = True  # a fresh optimizer each stage
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
-    threshold: float = 0.001  # advance once the stage's validation loss is below this
+    threshold: float = 3e-4  # advance once the stage's validation loss is below this
     steps_per_stage: int = 150  # used when advance = steps
     max_steps_per_stage: int = 1000  # the cap under advance = threshold
-    eval_every: int = 10
+    eval_every: int = 2
     val_size: int = 2048
     theory: TheoryConfig = TheoryConfig()
 

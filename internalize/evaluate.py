@@ -19,3 +19,25 @@ def child_attention_mass(attention: torch.Tensor, level: np.ndarray, children: n
     kids = torch.as_tensor(children[rows])  # (width, 2)
     mass = attention[torch.as_tensor(rows)[:, None], kids].sum(dim=1)  # (width,)
     return float(mass.mean())
+
+
+def child_weights(weights: torch.Tensor, allowed: torch.Tensor, level: np.ndarray, children: np.ndarray,
+                  layer: int) -> tuple[float, float]:
+    """(mean W on the two children, mean over rows of sum |W| on every other allowed key), own level."""
+    rows = np.flatnonzero(level == layer)
+    on_children = torch.zeros_like(allowed)
+    on_children[torch.as_tensor(rows)[:, None], torch.as_tensor(children[rows])] = True
+    block = weights.detach()[torch.as_tensor(rows)]  # (width, T)
+    child = float(block[on_children[torch.as_tensor(rows)]].mean())
+    others = allowed[torch.as_tensor(rows)] & ~on_children[torch.as_tensor(rows)]
+    return child, float((block.abs() * others).sum(dim=1).mean())
+
+
+def representation_spread(states: list[torch.Tensor], level: np.ndarray) -> list[float]:
+    """Per layer l: std over examples of h^(l) at the level-l nodes, averaged over those nodes.
+
+    About 1 when layer l holds the +-1 values of its level; near 0 when the representation has
+    collapsed to the same value for every input.
+    """
+    return [float(h[:, torch.as_tensor(np.flatnonzero(level == l))].std(dim=0).mean())
+            for l, h in enumerate(states, start=1)]

@@ -93,7 +93,9 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                 optimizer.param_groups[0]["params"] = list(stage.params)
             cap = cfg.steps_per_stage if cfg.advance == "steps" else cfg.max_steps_per_stage
             task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap, val=float("nan"))
-            started, steps, val = time.perf_counter(), 0, float("nan")
+            started, steps, val = time.perf_counter(), 0, stage.validate()
+            # the stage's loss before it trains: the transient spike at each transition
+            recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples, val_loss=val))
             while steps < cap:
                 loss = stage.loss(system.sample(cfg.batch_size, generator))
                 if not torch.isfinite(loss):

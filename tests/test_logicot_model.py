@@ -35,7 +35,7 @@ def test_hand_set_weights_compute_parity_in_one_pass(link, mask, n, k):
     values = task.sample(1024, torch.Generator().manual_seed(1))
     h, padded = zero_filled(values, lay)
     plan = gate_plan(lay.level, lay.children, padded, "frontier", answer_only=True)
-    assert plan.readout == lay.depth
+    assert plan.readout.tolist() == [0] * (lay.length - 1) + [lay.depth]
     pred = model(h, plan)[:, -1]
     assert torch.equal(torch.sign(pred), values[:, -1])
     assert (pred - values[:, -1]).abs().max() < 1e-3
@@ -78,7 +78,12 @@ def test_frontier_gate_in_log_icot_stage_3():
     lay = ParityTree(30, 16, seed=0).layout
     padded = padded_levels(lay, [1, 2])
     plan = gate_plan(lay.level, lay.children, padded, "frontier", answer_only=False)
-    assert plan.readout == plan.frontier == 3
+    assert plan.frontier == 3
+    # the level-3 nodes are read just above their padded children; the root above explicit ones
+    assert plan.readout[lay.positions(3)].tolist() == [3, 3] and plan.readout[-1] == 1
+    assert not plan.readout[~plan.targets].any()
+    every = gate_plan(lay.level, lay.children, padded, "frontier", answer_only=False, readout="frontier")
+    assert every.readout[every.targets].tolist() == [3, 3, 3]
     # layers 1 and 2 write exactly the padded nodes of their own level; layers 3, 4 write nothing
     assert np.flatnonzero(plan.write[0]).tolist() == lay.positions(1).tolist()
     assert np.flatnonzero(plan.write[1]).tolist() == lay.positions(2).tolist()
@@ -97,6 +102,8 @@ def test_frontier_gate_in_a_stepwise_stage_with_a_half_padded_level():
     assert np.flatnonzero(plan.write[1]).tolist() == lay.positions(2)[:2].tolist()
     assert not plan.write[2:].any()
     assert np.flatnonzero(plan.targets).tolist() == list(range(lay.thinking[10], lay.length))
+    # level-2 nodes 2, 3 have padded children; level-3 node 0 too (depth 2); the rest explicit ones
+    assert plan.readout[plan.targets].tolist() == [2, 2, 3, 1, 1]
 
 
 def test_frontier_output_is_not_written_back_and_higher_layers_are_idle():
@@ -105,7 +112,7 @@ def test_frontier_output_is_not_written_back_and_higher_layers_are_idle():
     model = hand_set(lay, every_layer=True)
     values = task.sample(64, torch.Generator().manual_seed(0))
     padded = padded_levels(lay, [1])
-    plan = gate_plan(lay.level, lay.children, padded, "frontier", answer_only=False)
+    plan = gate_plan(lay.level, lay.children, padded, "frontier", answer_only=False, readout="frontier")
     h = values.masked_fill(torch.as_tensor(padded), 0.0)
     before = model(h, plan)
     with torch.no_grad():
@@ -128,7 +135,7 @@ def test_fixed_and_no_gates():
         assert np.flatnonzero(fixed.write[layer - 1]).tolist() == lay.positions(layer).tolist()
     assert np.flatnonzero(fixed.targets).tolist() == lay.positions(2).tolist()
     none = gate_plan(lay.level, lay.children, padded, "none", answer_only=False)
-    assert none.readout == 4 and none.frontier == 2
+    assert none.readout[none.targets].unique().tolist() == [4] and none.frontier == 2
     assert (none.write == torch.as_tensor(lay.level > 0)).all()
 
 
@@ -147,3 +154,19 @@ def test_rounding_makes_weights_integers():
         model.W[0].fill_(2.6)
     model.round_weights()
     assert torch.equal(model.W[0], torch.full_like(model.W[0], 3.0))
+
+
+def test_child_weights_and_spread_of_a_hand_set_model():
+    from internalize.evaluate import child_weights, representation_spread
+
+    task = ParityTree(30, 16, seed=0)
+    lay = task.layout
+    model = hand_set(lay)
+    for layer in range(1, 5):
+        assert child_weights(model.W[layer - 1], model.allowed, lay.level, lay.children, layer) == (12.0, 0.0)
+    values = task.sample(512, torch.Generator().manual_seed(0))
+    h, padded = zero_filled(values, lay)
+    plan = gate_plan(lay.level, lay.children, padded, "frontier", answer_only=True)
+    assert min(representation_spread(model.states(h, plan), lay.level)) > 0.95
+    collapsed = LogICoT(lay.level).states(h, plan)  # zero weights: every node the same function of the mean
+    assert max(representation_spread(collapsed, lay.level)) < 0.5

@@ -6,7 +6,7 @@ import torch
 
 from internalize.config import Config
 from internalize.curricula import get_curriculum
-from internalize.evaluate import child_attention_mass, sign_accuracy
+from internalize.evaluate import child_attention_mass, child_weights, representation_spread, sign_accuracy
 from internalize.models import GatePlan, LogICoT, gate_plan
 from internalize.objectives import squared_error
 from internalize.tasks import ParityTree
@@ -35,7 +35,8 @@ class LogICoTSystem:
         return padded
 
     def plan(self, padded: np.ndarray, answer_only: bool = False) -> GatePlan:
-        return gate_plan(self.layout.level, self.layout.children, padded, self.config.model.gate, answer_only)
+        model = self.config.model
+        return gate_plan(self.layout.level, self.layout.children, padded, model.gate, answer_only, model.readout)
 
     def stage_plan(self, index: int) -> GatePlan:
         removed = self.curriculum.removed(index, len(self.layout.thinking))
@@ -76,12 +77,15 @@ class LogICoTSystem:
 
     # -- evaluation ----------------------------------------------------------------------------
     @torch.no_grad()
-    def zero_filled_accuracy(self, values: torch.Tensor) -> float:
-        """One forward pass with every thinking token padded; accuracy of the answer's sign."""
+    def zero_filled_states(self, values: torch.Tensor) -> list[torch.Tensor]:
+        """One forward pass with every thinking token padded: every layer's output."""
         padded = self.padded(np.ones(len(self.layout.thinking), dtype=bool))
         plan = self.plan(padded, answer_only=True)
-        pred = self.model(self.inputs(values, padded), plan)
-        return sign_accuracy(pred[:, -1], values[:, -1])
+        return self.model.states(self.inputs(values, padded), plan)
+
+    def zero_filled_accuracy(self, values: torch.Tensor) -> float:
+        """The answer's sign after that one pass."""
+        return sign_accuracy(self.zero_filled_states(values)[-1][:, -1], values[:, -1])
 
     @torch.no_grad()
     def explicit_cot_accuracy(self, values: torch.Tensor) -> float:
@@ -102,8 +106,14 @@ class LogICoTSystem:
     @torch.no_grad()
     def summary(self) -> dict:
         lay = self.layout
-        mass = [child_attention_mass(self.model.attention(l), lay.level, lay.children, l)
-                for l in range(1, lay.depth + 1)]
-        return dict(zero_filled_accuracy=self.zero_filled_accuracy(self.test),
+        layers = range(1, lay.depth + 1)
+        mass = [child_attention_mass(self.model.attention(l), lay.level, lay.children, l) for l in layers]
+        weights = [child_weights(self.model.W[l - 1], self.model.allowed, lay.level, lay.children, l)
+                   for l in layers]
+        states = self.zero_filled_states(self.test)
+        return dict(zero_filled_accuracy=sign_accuracy(states[-1][:, -1], self.test[:, -1]),
                     explicit_cot_accuracy=self.explicit_cot_accuracy(self.test),
-                    child_attention_mass=mass, layers=lay.depth, support=list(lay.support))
+                    child_attention_mass=mass,
+                    child_weight=[c for c, _ in weights], other_weight_abs_sum=[o for _, o in weights],
+                    representation_spread=representation_spread(states, lay.level),
+                    layers=lay.depth, support=list(lay.support))

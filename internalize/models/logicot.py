@@ -36,6 +36,7 @@ def quadratic_link(t: torch.Tensor) -> torch.Tensor:
 LINKS = {"cos": cos_link, "quadratic": quadratic_link}
 MASKS = ("lower_levels", "previous_level")
 GATES = ("frontier", "fixed", "none")
+READOUTS = ("per_node", "frontier")
 
 
 def allowed_keys(level: np.ndarray, mask: str) -> torch.Tensor:
@@ -62,8 +63,8 @@ class GatePlan:
 
     write: torch.Tensor  # (L, T) bool, g^(l) for l = 1..L
     targets: torch.Tensor  # (T,) bool, the supervised positions
-    readout: int  # 1-based layer whose link output u is read at the targets
-    frontier: int  # 1-based layer that learns this stage
+    readout: torch.Tensor  # (T,) int, the 1-based layer whose link output u is read there; 0 elsewhere
+    frontier: int  # 1-based layer that learns this stage: 1 + the deepest padded node
 
 
 def compute_depth(children: np.ndarray, padded: np.ndarray) -> np.ndarray:
@@ -79,18 +80,24 @@ def compute_depth(children: np.ndarray, padded: np.ndarray) -> np.ndarray:
 
 
 def gate_plan(
-    level: np.ndarray, children: np.ndarray, padded: np.ndarray, gate: str, answer_only: bool
+    level: np.ndarray, children: np.ndarray, padded: np.ndarray, gate: str, answer_only: bool,
+    readout: str = "per_node",
 ) -> GatePlan:
     """Derive the gates of a stage from the tree and the padded positions.
 
-    `frontier` (default): layer c writes the padded nodes of compute depth c; the frontier
-    layer F = 1 + the deepest padded node predicts every explicit node and the answer from
-    what is below them (teacher forcing), and is not written back; layers above F are idle.
-    `fixed`: layer l writes every level-l node in every stage; the loss is on level F.
-    `none`: every layer overwrites every node; the prediction is read from the top layer.
+    `frontier` (default): layer c writes the padded nodes of compute depth c, and the frontier
+    layer F = 1 + the deepest padded node is the one that learns. Every explicit node and the
+    answer is predicted from what is below it (teacher forcing) and never written back:
+    readout `per_node` (default) reads each target from the layer just above its padded
+    children (layer 1 when they are explicit); readout `frontier` reads every target from F.
+    Layers above the deepest readout are idle.
+    `fixed`: layer l writes every level-l node in every stage; the loss is on level F, read at F.
+    `none`: every layer overwrites every node; every prediction is read from the top layer.
     """
     if gate not in GATES:
         raise ValueError(f"model.gate must be one of {GATES} (got {gate!r})")
+    if readout not in READOUTS:
+        raise ValueError(f"model.readout must be one of {READOUTS} (got {readout!r})")
     depth = int(level.max())
     padded = np.asarray(padded, dtype=bool)
     if padded[level == 0].any() or padded[-1]:
@@ -99,22 +106,24 @@ def gate_plan(
     frontier = 1 + int(cdepth.max())
     tree = level > 0
     layers = np.arange(1, depth + 1)[:, None]  # (L, 1)
+    above_children = 1 + cdepth[np.maximum(children, 0)].max(axis=1)  # (T,)
     if gate == "frontier":
         write = padded[None, :] & (cdepth[None, :] == layers)
-        targets, readout = tree & ~padded, frontier
+        targets = tree & ~padded
+        read = above_children if readout == "per_node" else np.full(len(level), frontier)
     elif gate == "fixed":
         write = level[None, :] == layers
-        targets, readout = level == frontier, frontier
+        targets, read = level == frontier, np.full(len(level), frontier)
     else:
         write = np.broadcast_to(tree, (depth, len(level)))
-        targets, readout = tree & ~padded, depth
+        targets, read = tree & ~padded, np.full(len(level), depth)
     if answer_only:
         targets = np.zeros_like(targets)
         targets[-1] = True
     return GatePlan(
         write=torch.as_tensor(np.ascontiguousarray(write)),
         targets=torch.as_tensor(targets),
-        readout=readout,
+        readout=torch.as_tensor(np.where(targets, read, 0)),
         frontier=frontier,
     )
 
@@ -136,13 +145,22 @@ class LogICoT(nn.Module):
         return torch.softmax(logits, dim=-1)
 
     def forward(self, h: torch.Tensor, plan: GatePlan) -> torch.Tensor:
-        """h: (B, T) values with padded positions at 0. Returns u^(readout), (B, T)."""
-        for layer in range(1, plan.readout + 1):
+        """h: (B, T) values with padded positions at 0. Returns the predictions, (B, T):
+        at each target, u of the layer the plan reads it from; 0 elsewhere."""
+        return self.states(h, plan)[-1]
+
+    def states(self, h: torch.Tensor, plan: GatePlan) -> list[torch.Tensor]:
+        """What each layer holds, [h^(1), ...], with its read-out predictions in place, (B, T) each;
+        the last entry holds every prediction."""
+        out, pred = [], torch.zeros_like(h)
+        for layer in range(1, int(plan.readout.max()) + 1):
             u = self.link(h @ self.attention(layer).T)  # (B, T)
-            if layer == plan.readout:
-                return u
+            here = plan.readout == layer
+            pred = torch.where(here, u, pred)
             h = torch.where(plan.write[layer - 1], u, h)
-        raise AssertionError("unreachable: readout >= 1")
+            out.append(torch.where(here, u, h))
+        out[-1] = torch.where(plan.targets, pred, out[-1])
+        return out
 
     @torch.no_grad()
     def round_weights(self) -> None:

@@ -1,0 +1,76 @@
+import pytest
+import torch
+
+from internalize.config import TrainConfig
+from internalize.train import NonFiniteLoss, RowStep, Stage, train
+
+
+class Memory:
+    def __init__(self):
+        self.records, self.checkpoints = [], []
+
+    def log(self, record):
+        self.records.append(record)
+
+    def checkpoint(self, state):
+        self.checkpoints.append(state)
+
+
+class Quadratic:
+    """Two stages, each pulling one scalar parameter to a target: loss (w - target)^2."""
+
+    def __init__(self, poison=False):
+        self.w = [torch.nn.Parameter(torch.zeros(())) for _ in range(2)]
+        self.num_stages = 2
+        self.poison = poison
+
+    def stage(self, index):
+        w = self.w[index]
+
+        def loss(batch):
+            value = (w - 1.0) ** 2
+            return value * float("nan") if self.poison else value
+
+        return Stage(info=dict(layer=index + 1), params=[w], loss=loss,
+                     validate=lambda: float((w.detach() - 1.0) ** 2))
+
+    def sample(self, batch_size, generator):
+        return None
+
+    def after_step(self):
+        pass
+
+    def evaluate(self):
+        return dict(distance=float(sum((w.detach() - 1).abs() for w in self.w)))
+
+
+def test_threshold_advance_stops_each_stage_early_and_only_trains_its_parameters():
+    system, memory = Quadratic(), Memory()
+    cfg = TrainConfig(lr=0.1, threshold=1e-3, max_steps_per_stage=500, eval_every=1, batch_size=4)
+    out = train(system, cfg, torch.Generator(), memory, show_progress=False)
+    first, second = out["per_stage"]
+    assert first["val_loss"] < 1e-3 and second["val_loss"] < 1e-3
+    assert 1 < first["steps"] < 500 and first["distance"] > 0.9  # after stage 1, w2 untouched
+    assert out["samples_seen"] == 4 * (first["steps"] + second["steps"])
+    assert [c["stage"] for c in memory.checkpoints] == [1, 2]
+    # the first record of each stage is its loss before training: 1.0 for (0 - 1)^2
+    starts = [r for r in memory.records if "train_loss" not in r and "event" not in r]
+    assert [r["val_loss"] for r in starts] == [1.0, 1.0]
+
+
+def test_steps_advance_runs_exactly_the_budget():
+    cfg = TrainConfig(advance="steps", steps_per_stage=7, eval_every=3)
+    out = train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)
+    assert [s["steps"] for s in out["per_stage"]] == [7, 7]
+
+
+def test_non_finite_loss_stops_the_run():
+    with pytest.raises(NonFiniteLoss, match="stage 1, step 1"):
+        train(Quadratic(poison=True), TrainConfig(), torch.Generator(), Memory(), show_progress=False)
+
+
+def test_row_step_moves_each_rows_largest_entry_by_the_step_size():
+    w = torch.nn.Parameter(torch.zeros(2, 3))
+    w.grad = torch.tensor([[-2.0, -1.0, 0.5], [0.0, 0.0, 0.0]])
+    RowStep([w], size=9.0).step()
+    assert torch.allclose(w.detach(), torch.tensor([[9.0, 4.5, -2.25], [0.0, 0.0, 0.0]]))
