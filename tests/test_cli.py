@@ -36,9 +36,10 @@ def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
     assert cli("run", "logicot", "--smoke", "--quiet", "--out", tmp_path / "r").exit_code == 0
     summary = read_summary(tmp_path / "r")
     assert summary["stages"] == 3
-    assert [round(s["zero_filled_accuracy"]) for s in summary["per_stage"]] == [0.0, 0.0, 1.0] or \
-        summary["per_stage"][-1]["zero_filled_accuracy"] == 1.0
-    assert summary["zero_filled_accuracy"] == 1.0
+    before, last = summary["per_stage"][:-1], summary["per_stage"][-1]
+    assert all(abs(s["zero_filled_accuracy"] - 0.5) < 0.1 for s in before)  # chance until the last level
+    assert last["zero_filled_accuracy"] == summary["zero_filled_accuracy"] == 1.0
+    assert summary["explicit_cot_accuracy"] == 1.0
     assert min(summary["child_attention_mass"]) >= 0.9
 
 

@@ -17,14 +17,15 @@ def loss_curve(metrics: list[dict], path: Path, title: str = "") -> None:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.plot([r["step"] for r in steps], [max(r["val_loss"], 1e-8) for r in steps], lw=1.6, color="C0")
     ax.set_yscale("log")
-    done = 0
-    for i, r in enumerate(ends[:-1]):
-        done += r["steps"]
-        ax.axvline(done, ls="--", lw=0.8, color="0.5")
+    start = 0
     for i, r in enumerate(ends):
-        start = sum(e["steps"] for e in ends[:i])
-        ax.text(start + r["steps"] / 2, 1.0, f"{i + 1}", transform=ax.get_xaxis_transform(),
-                ha="center", va="bottom", fontsize=8, color="0.35")
+        if i:
+            ax.axvline(start, ls="--", lw=0.8, color="0.5")
+        if len(ends) <= 8 or i % 2 == 0:  # label every stage, or every other one when crowded
+            label = f"stage {i + 1}" if len(ends) <= 6 else f"{i + 1}"
+            ax.text(start + r["steps"] / 2, 1.0, label, transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=8, color="0.35")
+        start += r["steps"]
     ax.set_xlabel("training step")
     ax.set_ylabel("validation loss (stage targets)")
     ax.set_title(title or "validation loss; dashed lines: stage boundaries", fontsize=10, pad=14)

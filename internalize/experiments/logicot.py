@@ -53,13 +53,14 @@ class LogICoTSystem:
         removed = self.curriculum.removed(index, len(self.layout.thinking))
         padded = self.padded(removed)
         plan = self.plan(padded, self.curriculum.answer_only)
-        if self.curriculum.train_all_layers:
-            params = list(self.model.W)
-        else:
-            params = [self.model.W[plan.frontier - 1]]
+        trained = range(1, self.layout.depth + 1) if self.curriculum.train_all_layers else [plan.frontier]
+        params = [self.model.W[layer - 1] for layer in trained]
+        # a target counts when its prediction depends on a layer that learns now; the others
+        # are read from frozen layers below and would only add a floor to the stage's loss
+        supervised = plan.targets & (plan.readout >= min(trained))
 
         def loss(values: torch.Tensor) -> torch.Tensor:
-            return squared_error(self.model(self.inputs(values, padded), plan), values, plan.targets)
+            return squared_error(self.model(self.inputs(values, padded), plan), values, supervised)
 
         @torch.no_grad()
         def validate() -> float:
