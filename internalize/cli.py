@@ -83,7 +83,7 @@ def execute(config, path: Path, show: bool = True) -> dict:
     lay = system.layout
     with torch.no_grad():
         for layer in range(1, lay.depth + 1):
-            attention = system.model.attention(layer).numpy()
+            attention = system.model.attention(layer).cpu().numpy()
             plots.attention_heatmap(attention, lay.level, lay.children, layer,
                                     run.figures / f"attention_layer{layer}.png")
     summary["wall_seconds"] = time.perf_counter() - started
@@ -101,8 +101,10 @@ def report(summary: dict, path: Path) -> None:
                       f"{r['val_loss']:.2e}", f"{r['zero_filled_accuracy']:.3f}", f"{r['train_seconds']:.2f}")
     console.print(table)
     mass = ", ".join(f"{m:.3f}" for m in summary["child_attention_mass"])
+    cot = summary["explicit_cot_accuracy"]
+    cot = "n/a" if cot is None else f"{cot:.3f}"
     console.print(f"zero-filled accuracy {summary['zero_filled_accuracy']:.3f} in one pass; "
-                  f"explicit CoT ({summary['layers']} passes) {summary['explicit_cot_accuracy']:.3f}; "
+                  f"explicit CoT ({summary['layers']} passes) {cot}; "
                   f"child attention mass per layer [{mass}]", highlight=False)
     console.print(f"run directory: {path}", highlight=False)
 

@@ -75,7 +75,7 @@ class Run:
             f.write(json.dumps(record) + "\n")
 
     def checkpoint(self, state: dict) -> None:
-        tensors = {k: v.detach().contiguous() for k, v in self.tensors().items()}
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.tensors().items()}
         atomic_write(self.checkpoints / "model.safetensors", lambda p: save_file(tensors, str(p)))
         atomic_write(self.checkpoints / "state.json", lambda p: p.write_text(json.dumps(state)))
 

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from internalize import config as configs
 from internalize.cli import TIMINGS
@@ -67,6 +68,8 @@ def test_same_config_and_seed_give_the_same_summary(cli, tmp_path):
     (["logicot", "--set", "model.gate=sometimes"], "model.gate"),
     (["logicot", "--scale", "huge"], "no scale 'huge'"),
     (["parity_forever"], "unknown experiment 'parity_forever'"),
+    pytest.param(["logicot", "--set", "device=cuda"], "CUDA is not available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")),
 ])
 def test_bad_input_is_one_clear_line_and_exit_2_and_leaves_no_run(cli, tmp_path, args, message):
     out = tmp_path / "run"

@@ -21,11 +21,14 @@ class LogICoTSystem:
         task = config.task
         self.task = ParityTree(task.n, task.k, config.seed, task.pairing)
         self.layout = self.task.layout
-        self.model = LogICoT(self.layout.level, config.model.link, config.model.mask)
+        if config.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for, but CUDA is not available here")
+        self.device = torch.device(config.device)
+        self.model = LogICoT(self.layout.level, config.model.link, config.model.mask).to(self.device)
         self.curriculum = get_curriculum(config.curriculum.name)
         self.num_stages = self.curriculum.num_stages(len(self.layout.thinking))
-        self.val = self.task.sample(config.train.val_size, torch.Generator().manual_seed(config.seed + VAL_SEED))
-        self.test = self.task.sample(config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
+        self.val = self.sample(config.train.val_size, torch.Generator().manual_seed(config.seed + VAL_SEED))
+        self.test = self.sample(config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
 
     # -- stages ------------------------------------------------------------------------------
     def padded(self, removed: np.ndarray) -> np.ndarray:
@@ -36,16 +39,13 @@ class LogICoTSystem:
 
     def plan(self, padded: np.ndarray, answer_only: bool = False) -> GatePlan:
         model = self.config.model
-        return gate_plan(self.layout.level, self.layout.children, padded, model.gate, answer_only, model.readout)
-
-    def stage_plan(self, index: int) -> GatePlan:
-        removed = self.curriculum.removed(index, len(self.layout.thinking))
-        return self.plan(self.padded(removed), self.curriculum.answer_only)
+        plan = gate_plan(self.layout.level, self.layout.children, padded, model.gate, answer_only, model.readout)
+        return plan.to(self.device)
 
     def inputs(self, values: torch.Tensor, plan_padded: np.ndarray) -> torch.Tensor:
         """h^(0): the values with padded thinking tokens and the answer set to 0."""
         h = values.clone()
-        hidden = torch.as_tensor(plan_padded).clone()
+        hidden = torch.tensor(plan_padded, device=self.device)  # a copy: the caller keeps its mask
         hidden[self.layout.answer] = True
         return h.masked_fill(hidden, 0.0)
 
@@ -70,7 +70,7 @@ class LogICoTSystem:
         return Stage(info=info, params=params, loss=loss, validate=validate)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        return self.task.sample(batch_size, generator)
+        return self.task.sample(batch_size, generator).to(self.device)
 
     def after_step(self) -> None:
         if self.config.model.quantize:
@@ -89,8 +89,13 @@ class LogICoTSystem:
         return sign_accuracy(self.zero_filled_states(values)[-1][:, -1], values[:, -1])
 
     @torch.no_grad()
-    def explicit_cot_accuracy(self, values: torch.Tensor) -> float:
-        """Explicit CoT decoding: L sequential passes, each writing the signs of one more level."""
+    def explicit_cot_accuracy(self, values: torch.Tensor) -> float | None:
+        """Explicit CoT decoding: L sequential passes, each writing the signs of one more level.
+
+        None under `fixed` gates, which never read a node from explicit children above level 1.
+        """
+        if self.config.model.gate == "fixed":
+            return None
         lay = self.layout
         nothing = np.zeros(lay.length, dtype=bool)
         plan = self.plan(nothing)
@@ -108,8 +113,8 @@ class LogICoTSystem:
     def summary(self) -> dict:
         lay = self.layout
         layers = range(1, lay.depth + 1)
-        mass = [child_attention_mass(self.model.attention(l), lay.level, lay.children, l) for l in layers]
-        weights = [child_weights(self.model.W[l - 1], self.model.allowed, lay.level, lay.children, l)
+        mass = [child_attention_mass(self.model.attention(l).cpu(), lay.level, lay.children, l) for l in layers]
+        weights = [child_weights(self.model.W[l - 1].cpu(), self.model.allowed.cpu(), lay.level, lay.children, l)
                    for l in layers]
         states = self.zero_filled_states(self.test)
         return dict(zero_filled_accuracy=sign_accuracy(states[-1][:, -1], self.test[:, -1]),

@@ -14,7 +14,7 @@ comes in as a GatePlan, derived from the tree by `gate_plan`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -65,6 +65,10 @@ class GatePlan:
     targets: torch.Tensor  # (T,) bool, the supervised positions
     readout: torch.Tensor  # (T,) int, the 1-based layer whose link output u is read there; 0 elsewhere
     frontier: int  # 1-based layer that learns this stage: 1 + the deepest padded node
+
+    def to(self, device: torch.device) -> "GatePlan":
+        return replace(self, write=self.write.to(device), targets=self.targets.to(device),
+                       readout=self.readout.to(device))
 
 
 def compute_depth(children: np.ndarray, padded: np.ndarray) -> np.ndarray:
