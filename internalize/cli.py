@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,12 +14,12 @@ from internalize.config import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console()
-TIMINGS = ("train_seconds", "wall_seconds", "seconds_to_full_accuracy")
 
 
-def fail(message: str) -> None:
+def fail(message: str, code: int = 2) -> None:
+    """One error line; exit 2 for bad input, 1 for a run that failed."""
     Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 @app.command("list")
@@ -34,61 +33,42 @@ def list_experiments() -> None:
 
 @app.command()
 def run(
-    name: str = typer.Argument(..., help="experiment name (see `internalize list`) or a YAML file"),
+    name: Optional[str] = typer.Argument(None, help="experiment name (see `internalize list`) or a YAML file"),
     overrides: List[str] = typer.Option([], "--set", help="override a config key: --set task.n=40"),
     out: Optional[Path] = typer.Option(None, "--out", help="run directory (default runs/NAME/RUN-ID)"),
     smoke: bool = typer.Option(False, "--smoke", help="a seconds-long scale, for tests"),
     scale: Optional[str] = typer.Option(None, "--scale", help="a named scale of the experiment"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar or table"),
 ) -> None:
     """Train one experiment; write its run directory."""
+    from internalize.runner import execute, saved_config
     from internalize.runs import default_path
+    from internalize.train import NonFiniteLoss
 
+    if resume is not None and (name or overrides or out or smoke or scale):
+        fail("--resume continues a run as it was configured; give no NAME, --set, --out or scale with it")
+    if resume is None and name is None:
+        fail("give an experiment NAME (see `internalize list`) or --resume DIR")
     if smoke and scale and scale != "smoke":
         fail("--smoke and --scale disagree; give one")
     try:
-        config = configs.load(name, overrides, "smoke" if smoke else scale)
-        path = out or default_path(Path("runs"), config)
-        summary = execute(config, path, show=not quiet)
+        if resume is not None:
+            config, path = saved_config(resume), resume
+        else:
+            config = configs.load(name, overrides, "smoke" if smoke else scale)
+            path = out or default_path(Path("runs"), config)
+        summary = execute(config, path, show=not quiet, resume=resume is not None)
     except ConfigError as err:
         fail(str(err))
+    except NonFiniteLoss as err:
+        kept = (Path(path) / "checkpoints" / "last.safetensors").exists()
+        fail(f"{err}; " + (f"the last good checkpoint is kept in {path}" if kept else "no checkpoint was written"),
+             code=1)
+    except OSError as err:
+        fail(f"cannot write to {path}: {err.strerror or err}", code=1)
     if not quiet:
         report(summary, path)
-
-
-def execute(config, path: Path, show: bool = True) -> dict:
-    """Build, train, evaluate and plot one run; bad input raises ConfigError before `path` exists."""
-    import torch
-
-    from internalize.analysis import plots
-    from internalize.experiments import build
-    from internalize.runs import Run, read_metrics
-    from internalize.train import train
-
-    started = time.perf_counter()
-    torch.manual_seed(config.seed)
-    try:
-        system = build(config)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    run = Run.create(path, config, system.model.state_dict)
-    result = train(system, config.train, torch.Generator().manual_seed(config.seed), run, show_progress=show)
-    summary = dict(experiment=config.experiment, seed=config.seed, **system.summary(), **result)
-    solved = [r for r in result["per_stage"] if r["zero_filled_accuracy"] >= 1.0]
-    summary["samples_to_full_accuracy"] = solved[0]["samples_seen"] if solved else None
-    summary["seconds_to_full_accuracy"] = solved[0]["train_seconds"] if solved else None
-    metrics = read_metrics(run.path)
-    plots.loss_curve(metrics, run.figures / "val_loss.png", f"{config.experiment}: validation loss per stage")
-    plots.stage_accuracy(result["per_stage"], run.figures / "zero_filled_accuracy.png")
-    lay = system.layout
-    with torch.no_grad():
-        for layer in range(1, lay.depth + 1):
-            attention = system.model.attention(layer).cpu().numpy()
-            plots.attention_heatmap(attention, lay.level, lay.children, layer,
-                                    run.figures / f"attention_layer{layer}.png")
-    summary["wall_seconds"] = time.perf_counter() - started
-    run.write_summary(summary)
-    return summary
 
 
 def report(summary: dict, path: Path) -> None:

@@ -65,7 +65,12 @@ class TrainConfig(Strict):
     max_steps_per_stage: int = 1000  # the cap under advance = threshold
     eval_every: int = 2
     val_size: int = 2048
+    checkpoint_every: int = 50  # steps between mid-stage checkpoints (0: stage ends only)
     theory: TheoryConfig = TheoryConfig()
+
+
+class LogConfig(Strict):
+    tensorboard: bool = False  # also write every metric as TensorBoard scalars (needs tensorboard)
 
 
 class EvalConfig(Strict):
@@ -83,6 +88,7 @@ class Config(Strict):
     curriculum: CurriculumConfig = CurriculumConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    log: LogConfig = LogConfig()
 
     @model_validator(mode="after")
     def _theory(self):
@@ -92,6 +98,8 @@ class Config(Strict):
             samples = t.theory.samples or round(self.task.n ** (2 + t.theory.eps))
             t.optimizer, t.advance, t.steps_per_stage, t.batch_size = "row_step", "steps", 1, samples
             self.model.quantize = True
+        if self.train.checkpoint_every < 0:
+            raise ValueError("train.checkpoint_every must be 0 or more")
         for key in ("batch_size", "steps_per_stage", "max_steps_per_stage", "eval_every", "val_size"):
             if getattr(self.train, key) < 1:
                 raise ValueError(f"train.{key} must be at least 1")

@@ -3,27 +3,32 @@
     runs/<experiment>/<run-id>/
       config.yaml          resolved config, with seed and versions
       metrics.jsonl        one JSON object per logged step (and one per stage end)
-      summary.json         final figures
+      summary.json         final figures; its presence means the run finished
       figures/*.png
-      checkpoints/         model.safetensors + state.json; nothing is ever unpickled
+      checkpoints/last.safetensors
+                           model, optimizer moments, generator state; the trainer's counters
+                           and a SHA-256 of every tensor in its metadata. Nothing is unpickled.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Optional
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from internalize.config import Config, ConfigError, to_yaml
 
+CHECKPOINT = "last.safetensors"
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+
+def atomic_write(path: Path, write) -> None:
     """Write through a temporary file in the same folder, then rename: never a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
@@ -46,40 +51,78 @@ def versions() -> dict:
     return dict(internalize=__version__, torch=torch.__version__, python=platform.python_version())
 
 
+def digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for key in sorted(tensors):
+        t = tensors[key].detach().cpu().contiguous()
+        h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 class Run:
-    def __init__(self, path: Path, tensors: Callable[[], dict[str, torch.Tensor]]):
-        self.path = path
-        self.tensors = tensors
-        self.figures = path / "figures"
-        self.checkpoints = path / "checkpoints"
+    def __init__(self, path: Path, config: Config):
+        self.path = Path(path)
+        self.config = config
+        self.figures = self.path / "figures"
+        self.checkpoints = self.path / "checkpoints"
+        self.metrics = self.path / "metrics.jsonl"
+        self.lines = 0
+        self.board = None
+        if config.log.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("log.tensorboard needs the tensorboard package: "
+                                  "pip install 'internalize[tensorboard]'") from None
+            self.board = SummaryWriter(str(self.path / "tensorboard"))
 
     @classmethod
-    def create(cls, path: Path, config: Config, tensors: Callable[[], dict[str, torch.Tensor]]) -> "Run":
+    def create(cls, path: Path, config: Config) -> "Run":
         """Make a fresh run directory; refuse one that already holds anything."""
         path = Path(path)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise ConfigError(f"run directory {path} already exists and is not empty; choose another --out")
+            raise ConfigError(f"run directory {path} already exists and is not empty; choose another --out "
+                              "(or continue it with --resume)")
         try:
             path.mkdir(parents=True, exist_ok=True)
+            (path / "figures").mkdir()
+            (path / "checkpoints").mkdir()
+            resolved = to_yaml(config) + "\n" + json.dumps(dict(versions=versions())).join(("# ", "\n"))
+            (path / "config.yaml").write_text(resolved)
         except OSError as err:
-            raise ConfigError(f"cannot create run directory {path}: {err.strerror}") from None
-        run = cls(path, tensors)
-        run.figures.mkdir()
-        run.checkpoints.mkdir()
-        resolved = to_yaml(config) + "\n" + json.dumps(dict(versions=versions())).join(("# ", "\n"))
-        (path / "config.yaml").write_text(resolved)
+            raise ConfigError(f"cannot write run directory {path}: {err.strerror or err}") from None
+        return cls(path, config)
+
+    @classmethod
+    def open(cls, path: Path, config: Config, keep_lines: int) -> "Run":
+        """An existing run, to continue: metrics.jsonl is cut back to the checkpoint's lines."""
+        run = cls(path, config)
+        lines = run.metrics.read_text().splitlines(keepends=True) if run.metrics.exists() else []
+        if len(lines) < keep_lines:
+            raise ConfigError(f"{run.metrics} is shorter than its checkpoint says; cannot resume")
+        atomic_write(run.metrics, lambda p: p.write_text("".join(lines[:keep_lines])))
+        run.lines = keep_lines
         return run
 
     def log(self, record: dict) -> None:
-        with open(self.path / "metrics.jsonl", "a") as f:
+        with open(self.metrics, "a") as f:
             f.write(json.dumps(record) + "\n")
+        self.lines += 1
+        if self.board is not None and "step" in record:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key not in ("step", "stage"):
+                    self.board.add_scalar(key, value, record["step"])
 
-    def checkpoint(self, state: dict) -> None:
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.tensors().items()}
-        atomic_write(self.checkpoints / "model.safetensors", lambda p: save_file(tensors, str(p)))
-        atomic_write(self.checkpoints / "state.json", lambda p: p.write_text(json.dumps(state)))
+    def checkpoint(self, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+        tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+        meta = dict(state=json.dumps(dict(train=state, metrics_lines=self.lines)), sha256=digest(tensors))
+        atomic_write(self.checkpoints / CHECKPOINT, lambda p: save_file(tensors, str(p), metadata=meta))
 
     def write_summary(self, summary: dict) -> None:
+        if self.board is not None:
+            self.board.close()
         atomic_write(self.path / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2)))
 
 
@@ -88,11 +131,23 @@ def read_metrics(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """Read a safetensors checkpoint; a missing, truncated or altered file is a ConfigError."""
+def load_checkpoint(path: Path) -> Optional[tuple[dict, dict[str, torch.Tensor]]]:
+    """(state, tensors) of a run's checkpoint, None if it has none yet.
+
+    A truncated or altered file is a ConfigError: safetensors refuses a broken header or sizes,
+    and the SHA-256 in the metadata catches changed bytes.
+    """
+    file = Path(path) / "checkpoints" / CHECKPOINT
+    if not file.exists():
+        return None
     try:
-        return load_file(str(path))
-    except FileNotFoundError:
-        raise ConfigError(f"no checkpoint at {path}") from None
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ConfigError(f"corrupt checkpoint {path}: {err}") from None
+        with safe_open(str(file), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+        state = json.loads(meta["state"])
+        expected = meta["sha256"]
+    except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ConfigError(f"corrupt checkpoint {file}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+    if digest(tensors) != expected:
+        raise ConfigError(f"corrupt checkpoint {file}: its tensors do not match their checksum")
+    return state, tensors

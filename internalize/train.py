@@ -3,13 +3,15 @@
 It knows nothing of tasks, models or curricula. A system (built by the experiment registry)
 hands it stages; each stage says which parameters learn, how a batch is scored, and how the
 stage is validated. The trainer runs the optimisation, decides when to advance, logs, and
-checkpoints.
+checkpoints everything it needs to continue exactly where it stopped: the model, the optimizer's
+moments, the training generator and its own counters.
 """
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -27,6 +29,7 @@ class Stage:
 
 class System(Protocol):
     num_stages: int
+    model: torch.nn.Module
 
     def stage(self, index: int) -> Stage: ...
     def sample(self, batch_size: int, generator: torch.Generator) -> Any: ...
@@ -36,7 +39,7 @@ class System(Protocol):
 
 class Recorder(Protocol):
     def log(self, record: dict) -> None: ...
-    def checkpoint(self, state: dict) -> None: ...
+    def checkpoint(self, state: dict, tensors: dict[str, torch.Tensor]) -> None: ...
 
 
 class NonFiniteLoss(RuntimeError):
@@ -71,56 +74,104 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 @dataclass
 class TrainState:
+    """The trainer's counters: with the tensors of a checkpoint, all it needs to continue."""
+
+    stage: int = 0  # 0-based stage in progress
+    stage_step: int = 0  # steps taken in it
     step: int = 0
     samples: int = 0
     seconds: float = 0.0
+    val: float = math.nan  # the stage's last validation loss
     per_stage: list[dict] = field(default_factory=list)
 
 
+def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict:
+    """Every tensor a checkpoint holds; optimizer moments are keyed by parameter name."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for p, entries in optimizer.state.items():
+        for key, value in entries.items():
+            tensors[f"optim.{names[id(p)]}.{key}"] = torch.as_tensor(value)
+    tensors["rng.train"] = generator.get_state()
+    return tensors
+
+
+def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], generator: torch.Generator,
+            tensors: dict[str, torch.Tensor]) -> None:
+    """Load a snapshot; the optimizer's moments only when given one (not after a reset)."""
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    params = dict(model.named_parameters())
+    for key, value in tensors.items():
+        if key.startswith("optim.") and optimizer is not None:
+            name, entry = key[6:].rsplit(".", 1)
+            optimizer.state[params[name]][entry] = value.to(params[name].device)
+    generator.set_state(tensors["rng.train"])
+
+
 def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder: Recorder,
-          show_progress: bool = True) -> dict:
-    """Run every stage; return the figures the summary needs."""
-    state = TrainState()
+          show_progress: bool = True, resume: Optional[tuple[dict, dict]] = None) -> dict:
+    """Run every stage (from a checkpoint's (state, tensors) if given); return the summary figures."""
+    state = TrainState(**resume[0]) if resume else TrainState()
+    pending = resume[1] if resume else None
     optimizer = None
+
+    def save() -> None:
+        if not all(torch.isfinite(p).all() for p in system.model.parameters()):
+            raise NonFiniteLoss(f"non-finite parameters at stage {state.stage + 1}, step {state.stage_step}")
+        recorder.checkpoint(asdict(state), snapshot(system.model, optimizer, generator))
+
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} steps"),
                TextColumn("val {task.fields[val]:.4f}"), TimeElapsedColumn())
     with Progress(*columns, disable=not show_progress, transient=True) as bar:
-        for index in range(system.num_stages):
+        for index in range(state.stage, system.num_stages):
             stage = system.stage(index)
-            if optimizer is None or cfg.reset_optimizer:
+            fresh = state.stage_step == 0
+            reset = fresh and cfg.reset_optimizer
+            if optimizer is None or reset:
                 optimizer = make_optimizer(stage.params, cfg)
-            else:  # keep moments, but train this stage's parameters
+            elif fresh:  # keep the moments of every parameter seen so far
                 optimizer.param_groups[0]["params"] = list(stage.params)
+            if pending is not None:
+                restore(system.model, None if reset else optimizer, generator, pending)
+                pending = None
+            if fresh:  # the stage's loss before it trains: the transient spike at each transition
+                state.val = stage.validate()
+                recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples, val_loss=state.val))
             cap = cfg.steps_per_stage if cfg.advance == "steps" else cfg.max_steps_per_stage
-            task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap, val=float("nan"))
-            started, steps, val = time.perf_counter(), 0, stage.validate()
-            # the stage's loss before it trains: the transient spike at each transition
-            recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples, val_loss=val))
-            while steps < cap:
+            task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap,
+                                completed=state.stage_step, val=state.val)
+            started = time.perf_counter()
+            while state.stage_step < cap:
                 loss = stage.loss(system.sample(cfg.batch_size, generator))
                 if not torch.isfinite(loss):
-                    raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {steps + 1}")
+                    raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {state.stage_step + 1}")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
                 system.after_step()
-                steps += 1
+                state.stage_step += 1
                 state.step += 1
                 state.samples += cfg.batch_size
-                last = steps == cap
-                if steps % cfg.eval_every == 0 or last:
-                    val = stage.validate()
+                advance = state.stage_step == cap
+                if state.stage_step % cfg.eval_every == 0 or advance:
+                    state.val = stage.validate()
                     recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples,
-                                      train_loss=float(loss.detach()), val_loss=val))
-                    bar.update(task, completed=steps, val=val)
-                    if cfg.advance == "threshold" and val < cfg.threshold:
-                        break
+                                      train_loss=float(loss.detach()), val_loss=state.val))
+                    bar.update(task, completed=state.stage_step, val=state.val)
+                    advance = advance or (cfg.advance == "threshold" and state.val < cfg.threshold)
+                if advance:
+                    break
+                if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
+                    state.seconds += time.perf_counter() - started
+                    started = time.perf_counter()
+                    save()
             state.seconds += time.perf_counter() - started
             bar.remove_task(task)
-            figures = dict(stage=index + 1, **stage.info, steps=steps, samples_seen=state.samples,
-                           train_seconds=state.seconds, val_loss=val, **system.evaluate())
+            figures = dict(stage=index + 1, **stage.info, steps=state.stage_step, samples_seen=state.samples,
+                           train_seconds=state.seconds, val_loss=state.val, **system.evaluate())
             state.per_stage.append(figures)
             recorder.log(dict(event="stage_end", **figures))
-            recorder.checkpoint(dict(stage=index + 1, step=state.step, samples=state.samples))
+            state.stage, state.stage_step = index + 1, 0
+            save()
     return dict(stages=system.num_stages, samples_seen=state.samples, steps=state.step,
                 train_seconds=state.seconds, per_stage=state.per_stage)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from internalize import config as configs
-from internalize.cli import TIMINGS
+from internalize.runner import TIMINGS
 from tests.conftest import read_summary
 
 EXPERIMENTS = sorted(configs.available())
@@ -29,7 +29,7 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
     assert {"val_loss", "zero_filled_accuracy"} <= set(summary["per_stage"][0])
     figures = {p.name for p in (out / "figures").iterdir()}
     assert {"val_loss.png", "zero_filled_accuracy.png", "attention_layer1.png", "attention_layer3.png"} <= figures
-    assert (out / "checkpoints" / "model.safetensors").exists()
+    assert (out / "checkpoints" / "last.safetensors").exists()
     assert "scale: smoke" in (out / "config.yaml").read_text()
 
 

@@ -12,7 +12,7 @@ class Memory:
     def log(self, record):
         self.records.append(record)
 
-    def checkpoint(self, state):
+    def checkpoint(self, state, tensors):
         self.checkpoints.append(state)
 
 
@@ -20,7 +20,9 @@ class Quadratic:
     """Two stages, each pulling one scalar parameter to a target: loss (w - target)^2."""
 
     def __init__(self, poison=False):
-        self.w = [torch.nn.Parameter(torch.zeros(())) for _ in range(2)]
+        self.model = torch.nn.Module()
+        self.model.w = torch.nn.ParameterList(torch.nn.Parameter(torch.zeros(())) for _ in range(2))
+        self.w = self.model.w
         self.num_stages = 2
         self.poison = poison
 

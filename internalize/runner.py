@@ -1,0 +1,66 @@
+"""One run, start to finish: build, train (or continue), evaluate, plot, summarise."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from internalize import config as configs
+from internalize.config import Config, ConfigError
+
+TIMINGS = ("train_seconds", "wall_seconds", "seconds_to_full_accuracy")
+
+
+def saved_config(path: Path) -> Config:
+    """The resolved config of an existing run directory."""
+    file = Path(path) / "config.yaml"
+    if not file.exists():
+        raise ConfigError(f"no run to resume at {path} (it has no config.yaml)")
+    return configs.load(str(file))
+
+
+def execute(config: Config, path: Path, show: bool = True, resume: bool = False) -> dict:
+    """Train one run into `path` and return its summary.
+
+    Bad input raises ConfigError before anything is written. With `resume`, a finished run is
+    left as it is, a run with a checkpoint continues from it, and one without starts over in place.
+    """
+    from internalize.analysis import plots
+    from internalize.experiments import build
+    from internalize.runs import Run, load_checkpoint, read_metrics
+    from internalize.train import train
+
+    path = Path(path)
+    if resume and (path / "summary.json").exists():
+        return json.loads((path / "summary.json").read_text())
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    try:
+        system = build(config)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    checkpoint = load_checkpoint(path) if resume else None
+    if resume:
+        run = Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"] if checkpoint else 0)
+    else:
+        run = Run.create(path, config)
+    result = train(system, config.train, torch.Generator().manual_seed(config.seed), run, show_progress=show,
+                   resume=(checkpoint[0]["train"], checkpoint[1]) if checkpoint else None)
+    summary = dict(experiment=config.experiment, seed=config.seed, **system.summary(), **result)
+    solved = [r for r in result["per_stage"] if r["zero_filled_accuracy"] >= 1.0]
+    summary["samples_to_full_accuracy"] = solved[0]["samples_seen"] if solved else None
+    summary["seconds_to_full_accuracy"] = solved[0]["train_seconds"] if solved else None
+    plots.loss_curve(read_metrics(run.path), run.figures / "val_loss.png",
+                     f"{config.experiment}: validation loss per stage")
+    plots.stage_accuracy(result["per_stage"], run.figures / "zero_filled_accuracy.png")
+    lay = system.layout
+    with torch.no_grad():
+        for layer in range(1, lay.depth + 1):
+            attention = system.model.attention(layer).cpu().numpy()
+            plots.attention_heatmap(attention, lay.level, lay.children, layer,
+                                    run.figures / f"attention_layer{layer}.png")
+    summary["wall_seconds"] = time.perf_counter() - started
+    run.write_summary(summary)
+    return summary

@@ -1,0 +1,161 @@
+"""Runs that survive being killed, refuse broken checkpoints, and stop on non-finite losses."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from internalize.runner import TIMINGS
+from tests.conftest import read_summary
+
+LONG_SMOKE = ["logicot", "--smoke", "--quiet", "--set", "train.advance=steps", "--set", "train.steps_per_stage=200",
+              "--set", "train.eval_every=1", "--set", "train.checkpoint_every=7"]
+
+
+def cli_process(*args):
+    return subprocess.Popen([sys.executable, "-m", "internalize.cli", *map(str, args)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def metric_lines(path):
+    try:
+        return (path / "metrics.jsonl").read_text().count("\n")
+    except FileNotFoundError:
+        return 0
+
+
+def without_timings(summary):
+    drop = lambda d: {k: v for k, v in d.items() if k not in TIMINGS}  # noqa: E731
+    return {**drop(summary), "per_stage": [drop(s) for s in summary["per_stage"]]}
+
+
+def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tmp_path):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert cli("run", *LONG_SMOKE, "--out", whole).exit_code == 0
+    total = metric_lines(whole)
+    target = random.randint(10, total - 20)
+    proc = cli_process("run", *LONG_SMOKE, "--out", killed)
+    deadline = time.time() + 120
+    while metric_lines(killed) < target and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "summary.json").exists(), f"the run finished before the kill at line {target}"
+    result = cli("run", "--resume", killed, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert without_timings(read_summary(killed)) == without_timings(read_summary(whole)), f"killed near line {target}"
+    records = lambda p: [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}  # noqa: E731
+                         for line in (p / "metrics.jsonl").read_text().splitlines()]
+    assert records(killed) == records(whole)
+
+
+def test_resuming_a_finished_run_changes_nothing(cli, tmp_path):
+    out = tmp_path / "run"
+    assert cli("run", "logicot", "--smoke", "--quiet", "--out", out).exit_code == 0
+    before = (out / "summary.json").read_text()
+    assert cli("run", "--resume", out, "--quiet").exit_code == 0
+    assert (out / "summary.json").read_text() == before
+
+
+def corrupt_by_truncation(file):
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+
+
+def corrupt_by_flipping_a_byte(file):
+    data = bytearray(file.read_bytes())
+    data[-5] ^= 0xFF  # inside the last tensor's bytes: the header still parses
+    file.write_bytes(bytes(data))
+
+
+def corrupt_the_header(file):
+    data = bytearray(file.read_bytes())
+    data[10:20] = b"#" * 10
+    file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("corrupt", [corrupt_by_truncation, corrupt_by_flipping_a_byte, corrupt_the_header])
+def test_a_corrupt_checkpoint_is_refused_with_one_line(cli, tmp_path, corrupt):
+    out = tmp_path / "run"
+    assert cli("run", "logicot", "--smoke", "--quiet", "--out", out).exit_code == 0
+    (out / "summary.json").unlink()  # pretend it was interrupted
+    corrupt(out / "checkpoints" / "last.safetensors")
+    result = cli("run", "--resume", out)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "corrupt checkpoint" in lines[0], result.output
+
+
+def test_a_checkpoint_holds_no_pickle_and_loads_without_one(tmp_path, cli):
+    out = tmp_path / "run"
+    assert cli("run", "logicot", "--smoke", "--quiet", "--out", out).exit_code == 0
+    raw = (out / "checkpoints" / "last.safetensors").read_bytes()
+    header = json.loads(raw[8: 8 + int.from_bytes(raw[:8], "little")])
+    assert {"state", "sha256"} <= set(header["__metadata__"])
+    assert b"\x80\x04" not in raw[:16]  # not a pickle stream
+    assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))
+
+
+def test_non_finite_loss_stops_with_a_clear_line(cli, tmp_path):
+    out = tmp_path / "run"
+    result = cli("run", "logicot", "--smoke", "--set", "train.lr=.inf", "--out", out)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and "non-finite loss at stage 1, step 2" in lines[0]
+    assert not (out / "summary.json").exists()
+
+
+def test_the_trainer_never_checkpoints_non_finite_weights():
+    from internalize.config import TrainConfig
+    from internalize.train import NonFiniteLoss, Stage, train
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    saved = []
+
+    class Diverges:
+        """Trains fine for two steps; the third update overflows the weight."""
+
+        num_stages, steps = 1, 0
+
+        def __init__(self):
+            self.model = model
+
+        def stage(self, index):
+            return Stage(info={}, params=list(model.parameters()), loss=lambda batch: (model.weight ** 2).sum(),
+                         validate=lambda: 0.0)
+
+        def sample(self, batch_size, generator):
+            return None
+
+        def after_step(self):
+            self.steps += 1
+            if self.steps == 3:
+                with torch.no_grad():
+                    model.weight.fill_(float("inf"))
+
+        def evaluate(self):
+            return {}
+
+    class Keep:
+        def log(self, record):
+            pass
+
+        def checkpoint(self, state, tensors):
+            saved.append(tensors["model.weight"].clone())
+
+    cfg = TrainConfig(advance="steps", steps_per_stage=100, checkpoint_every=1)
+    with pytest.raises(NonFiniteLoss, match="non-finite parameters at stage 1, step 3"):
+        train(Diverges(), cfg, torch.Generator(), Keep(), show_progress=False)
+    assert len(saved) == 2 and all(torch.isfinite(w).all() for w in saved)
+
+
+def test_bad_resume_requests(cli, tmp_path):
+    assert cli("run", "--resume", tmp_path / "nothing").exit_code == 2
+    assert "no run to resume" in cli("run", "--resume", tmp_path / "nothing").output
+    out = tmp_path / "run"
+    assert cli("run", "logicot", "--smoke", "--quiet", "--out", out).exit_code == 0
+    result = cli("run", "logicot", "--resume", out)
+    assert result.exit_code == 2 and "--resume continues a run" in result.output
