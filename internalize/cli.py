@@ -1,4 +1,4 @@
-"""The `internalize` command: list experiments, run one."""
+"""The `internalize` command: list experiments, run one, sweep a grid, report on a sweep."""
 from __future__ import annotations
 
 import sys
@@ -69,6 +69,48 @@ def run(
         fail(f"cannot write to {path}: {err.strerror or err}", code=1)
     if not quiet:
         report(summary, path)
+
+
+@app.command()
+def sweep(
+    file: Path = typer.Argument(..., help="a sweep file (YAML): experiment, grid, seeds"),
+    executor: str = typer.Option("local", "--executor", help="local (a process pool) or ray"),
+    address: Optional[str] = typer.Option(None, "--address", help="an existing Ray cluster (default: start one here)"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="parallel runs (default: the cores)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: the file's out, or runs/sweeps/NAME)"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+) -> None:
+    """Run every unfinished run of a sweep, then write its results table and report."""
+    from internalize.analysis.report import write_report
+    from internalize.sweep import run_sweep
+
+    if executor not in ("local", "ray"):
+        fail(f"unknown executor {executor!r}; choose local or ray")
+    if workers is not None and workers < 1:
+        fail("--workers must be at least 1")
+    try:
+        result = run_sweep(file, executor, address, workers, out, show=not quiet)
+        path = write_report(result["root"])
+    except ConfigError as err:
+        fail(str(err))
+    console.print(f"{result['total']} runs: {result['ran']} run now, {result['skipped']} already finished, "
+                  f"{len(result['failed'])} failed", highlight=False)
+    for outcome in result["failed"]:
+        console.print(f"  failed: {outcome['id']}: {outcome['error']}", highlight=False)
+    console.print(f"results: {result['root'] / 'results.parquet'}; report: {path}", highlight=False)
+    if result["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command("report")
+def report_command(directory: Path = typer.Argument(..., help="a sweep directory")) -> None:
+    """Write DIR/report.md: tables over seeds and the sweep's figures."""
+    from internalize.analysis.report import write_report
+
+    try:
+        console.print(f"report: {write_report(directory)}", highlight=False)
+    except ConfigError as err:
+        fail(str(err))
 
 
 def report(summary: dict, path: Path) -> None:

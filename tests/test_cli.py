@@ -88,3 +88,11 @@ def test_an_existing_run_is_never_overwritten(cli, tmp_path):
     assert result.exit_code == 2 and "already exists" in result.output
     assert (out / "summary.json").read_text() == "precious"
     assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
+
+
+def test_tensorboard_logging_writes_event_files(cli, tmp_path):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "run"
+    assert cli("run", "logicot", "--smoke", "--quiet", "--set", "log.tensorboard=true", "--out", out).exit_code == 0
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 100

@@ -1,0 +1,129 @@
+"""`internalize report DIR`: a sweep's tables (mean and spread over seeds) and its figures."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from internalize.config import ConfigError
+from internalize.sweep import FigureSpec, read_spec
+
+
+def load_table(root: Path):
+    import pandas as pd
+
+    for name, read in (("results.parquet", pd.read_parquet), ("results.csv", pd.read_csv)):
+        if (root / name).exists():
+            return read(root / name)
+    raise ConfigError(f"{root} holds no sweep results (results.parquet); run `internalize sweep` first")
+
+
+def spread(values) -> str:
+    """'mean ± std' over the finite values, with how many of the runs had one."""
+    finite = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not finite:
+        return "never"
+    mean = float(np.mean(finite))
+    std = float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0
+    text = f"{mean:,.0f} ± {std:,.0f}" if abs(mean) >= 1000 else f"{mean:.4g} ± {std:.2g}"
+    return text if len(finite) == len(values) else f"{text} ({len(finite)}/{len(values)})"
+
+
+def power_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """log y = a + b log x by least squares: (b, its standard error, a)."""
+    lx, ly = np.log(x), np.log(y)
+    b, a = np.polyfit(lx, ly, 1)
+    if len(x) > 2:
+        sigma2 = float(np.sum((ly - (a + b * lx)) ** 2)) / (len(x) - 2)
+        se = math.sqrt(sigma2 / float(np.sum((lx - lx.mean()) ** 2)))
+    else:
+        se = float("nan")
+    return float(b), se, float(a)
+
+
+def figure(table, spec: FigureSpec, path: Path) -> list[str]:
+    """One figure: mean and spread of y against x (one line per group); returns fit lines for the report."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fits = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    groups = [(None, table)] if spec.group is None else list(table.groupby(spec.group, sort=True))
+    for i, (name, part) in enumerate(groups):
+        part = part[np.isfinite(part[spec.y].astype(float))]
+        if spec.logy:
+            part = part[part[spec.y] > 0]
+        if part.empty:
+            continue
+        color = f"C{i}"
+        label = "" if name is None else f"{spec.group} = {name}"
+        ax.scatter(part[spec.x], part[spec.y], s=12, alpha=0.35, color=color)
+        stats = part.groupby(spec.x)[spec.y].agg(["mean", "std"]).reset_index()
+        ax.errorbar(stats[spec.x], stats["mean"], yerr=stats["std"].fillna(0), color=color, marker="o", lw=1.5,
+                    capsize=3, label=label or None)
+        if spec.fit == "power" and part[spec.x].nunique() > 1:
+            x, y = part[spec.x].to_numpy(float), part[spec.y].to_numpy(float)
+            b, se, a = power_fit(x, y)
+            grid = np.geomspace(x.min(), x.max(), 50)
+            ax.plot(grid, np.exp(a) * grid**b, ls="--", lw=1, color=color,
+                    label=f"{label + ': ' if label else ''}fit slope {b:.2f} ± {se:.2f}")
+            fits.append(f"{spec.y} ~ {spec.x}^b{' (' + label + ')' if label else ''}: "
+                        f"b = {b:.3f} ± {se:.3f} over {len(x)} runs")
+    ax.set_xscale("log" if spec.logx else "linear")
+    ax.set_yscale("log" if spec.logy else "linear")
+    ax.set_xlabel(spec.x)
+    ax.set_ylabel(spec.y)
+    ax.set_title(spec.title or f"{spec.y} against {spec.x}", fontsize=10)
+    ax.grid(alpha=0.3, which="both", lw=0.4)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fits
+
+
+def write_report(root: Path) -> Path:
+    root = Path(root)
+    if not (root / "sweep.yaml").exists():
+        raise ConfigError(f"{root} is not a sweep directory (no sweep.yaml)")
+    spec = read_spec(root / "sweep.yaml")
+    table = load_table(root)
+    keys = list(spec.grid)
+    done = table[table["status"] == "done"]
+    failed = table[table["status"] == "failed"]
+    lines = [f"# Sweep: {spec.experiment}", "",
+             f"{len(done)} of {len(table)} runs finished, {len(failed)} failed, "
+             f"{len(table) - len(done) - len(failed)} not run. Seeds: {', '.join(map(str, spec.seeds))}."
+             + (f" Fixed: {', '.join(f'{k}={v}' for k, v in spec.set.items())}." if spec.set else ""), "",
+             "Each cell: mean ± standard deviation over seeds (k/n when only k of n runs have a value; "
+             "never: none has).", ""]
+    metrics = [m for m in spec.report.metrics if m in table.columns]
+    header = [*keys, "runs", *metrics]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    points = done.groupby(keys, sort=True) if keys else [((), done)]
+    for point, part in points:
+        point = point if isinstance(point, tuple) else (point,)
+        cells = [*map(str, point), str(len(part)), *(spread(list(part[m])) for m in metrics)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(failed):
+        lines += ["", "## Failed runs", "", "| run | error |", "|---|---|"]
+        lines += [f"| {r.run_id} | {str(r.error).replace('|', '/')} |" for r in failed.itertuples()]
+    if spec.report.figures and len(done):
+        (root / "figures").mkdir(exist_ok=True)
+        lines += ["", "## Figures", ""]
+        for fig in spec.report.figures:
+            missing = [c for c in (fig.x, fig.y, fig.group) if c and c not in done.columns]
+            if missing:
+                lines.append(f"(no figure of {fig.y} against {fig.x}: no column {', '.join(missing)})")
+                continue
+            name = f"{fig.y}_vs_{fig.x}".replace(".", "_") + (f"_by_{fig.group}".replace(".", "_") if fig.group else "")
+            fits = figure(done, fig, root / "figures" / f"{name}.png")
+            lines += [f"![{fig.y} against {fig.x}](figures/{name}.png)", ""]
+            lines += [f"- {line}" for line in fits]
+            lines.append("")
+    (root / "report.md").write_text("\n".join(lines) + "\n")
+    return root / "report.md"

@@ -1,0 +1,236 @@
+"""Sweeps: a grid of config overrides times seeds, run by a local process pool or by Ray.
+
+A sweep file:
+
+    experiment: logicot
+    out: runs/sweeps/k_by_seed        # optional; default runs/sweeps/<file stem>
+    scale: smoke                      # optional
+    set: {train.val_size: 1024}       # optional: fixed overrides for every run
+    grid:
+      task.k: [4, 8]
+    seeds: [0, 1, 2, 3]
+    report:                           # optional: what `internalize report` shows
+      metrics: [zero_filled_accuracy, samples_to_full_accuracy]
+      figures:
+        - {x: task.k, y: samples_to_full_accuracy, logx: true, logy: true, fit: power}
+
+Re-running a sweep skips finished runs, continues interrupted ones from their checkpoints and
+retries failed ones; a failing run is recorded with its error and never stops the others.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+import yaml
+from pydantic import ValidationError
+
+from internalize import config as configs
+from internalize.config import ConfigError, Strict
+
+TIMING_COLUMNS = ("train_seconds", "wall_seconds", "seconds_to_full_accuracy", "run_seconds")
+
+
+class FigureSpec(Strict):
+    x: str  # a grid key
+    y: str  # a summary figure
+    group: Optional[str] = None  # another grid key: one line per value
+    logx: bool = False
+    logy: bool = False
+    fit: Literal["none", "power"] = "none"  # power: a straight line in log-log, its slope reported
+    title: str = ""
+
+
+class ReportSpec(Strict):
+    metrics: list[str] = ["zero_filled_accuracy", "samples_to_full_accuracy", "train_seconds"]
+    figures: list[FigureSpec] = []
+
+
+class SweepSpec(Strict):
+    experiment: str
+    out: Optional[str] = None
+    scale: Optional[str] = None
+    set: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    seeds: list[int] = [0]
+    report: ReportSpec = ReportSpec()
+
+
+def read_spec(file: Path) -> SweepSpec:
+    file = Path(file)
+    if not file.exists():
+        raise ConfigError(f"no sweep file {file}")
+    try:
+        raw = yaml.safe_load(file.read_text()) or {}
+        return SweepSpec.model_validate(raw)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{file}: not valid YAML ({err.__class__.__name__})") from None
+    except ValidationError as err:
+        raise ConfigError(f"{file}: {configs._format(err)}") from None
+
+
+def run_id(point: dict[str, Any], seed: int) -> str:
+    return "__".join([*(f"{k}={v}" for k, v in point.items()), f"seed={seed}"])
+
+
+def expand(spec: SweepSpec) -> list[dict]:
+    """Every run of the sweep: its id, grid point, seed and overrides, each config validated."""
+    keys = list(spec.grid)
+    tasks = []
+    for values in itertools.product(*(spec.grid[k] for k in keys)):
+        point = dict(zip(keys, values))
+        for seed in spec.seeds:
+            overrides = [f"{k}={json.dumps(v)}" for k, v in {**spec.set, **point, "seed": seed}.items()]
+            configs.load(spec.experiment, overrides, spec.scale)  # refuse a bad sweep before any run starts
+            tasks.append(dict(id=run_id(point, seed), point=point, seed=seed, overrides=overrides))
+    if len({t["id"] for t in tasks}) != len(tasks):
+        raise ConfigError("the sweep repeats a grid point or seed")
+    return tasks
+
+
+def run_one(job: dict) -> dict:
+    """Run (or continue, or retry) one run of a sweep; never raises. Executes in a worker."""
+    import torch
+
+    from internalize.runner import execute
+
+    if job.get("threads"):
+        torch.set_num_threads(job["threads"])
+    path = Path(job["path"])
+    started = time.perf_counter()
+    (path / "error.txt").unlink(missing_ok=True)
+    try:
+        config = configs.load(job["experiment"], job["overrides"], job["scale"])
+        resume = (path / "config.yaml").exists()
+        if path.exists() and not resume:  # a run killed before it wrote its config: start over
+            shutil.rmtree(path)
+        execute(config, path, show=False, resume=resume)
+        return dict(id=job["id"], status="done", seconds=time.perf_counter() - started)
+    except Exception as err:  # a failing run is recorded, the sweep goes on
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "error.txt").write_text(traceback.format_exc())
+        return dict(id=job["id"], status="failed", error=f"{type(err).__name__}: {err}",
+                    seconds=time.perf_counter() - started)
+
+
+def run_local(jobs: list[dict], workers: int, on_done: Callable[[dict], None]) -> None:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        for future in as_completed([pool.submit(run_one, job) for job in jobs]):
+            on_done(future.result())
+
+
+def run_ray(jobs: list[dict], workers: int, address: Optional[str], on_done: Callable[[dict], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the ray executor needs Ray: pip install 'internalize[ray]'") from None
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:  # a private local instance on loopback
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     _node_ip_address="127.0.0.1")
+    try:
+        remote = ray.remote(num_cpus=1)(run_one)
+        pending = [remote.remote(job) for job in jobs]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            on_done(ray.get(done[0]))
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
+    return Path(out or spec.out or Path("runs") / "sweeps" / Path(file).stem)
+
+
+def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
+              out: Optional[Path] = None, show: bool = True) -> dict:
+    """Run every unfinished run of a sweep; write the results table; return counts."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    spec = read_spec(file)
+    tasks = expand(spec)
+    root = sweep_dir(spec, file, out)
+    runs = root / "runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        (root / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    except OSError as err:
+        raise ConfigError(f"cannot write sweep directory {root}: {err.strerror or err}") from None
+    todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists()]
+    cores = os.cpu_count() or 1
+    workers = max(1, min(workers or cores, len(todo) or 1))
+    jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
+                 path=str(runs / t["id"]), threads=max(1, cores // workers)) for t in todo]
+    outcomes = {}
+    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
+                  TimeElapsedColumn(), disable=not show, transient=True) as bar:
+        task = bar.add_task("runs", total=len(jobs), failed=0)
+
+        def on_done(outcome: dict) -> None:
+            outcomes[outcome["id"]] = outcome
+            bar.update(task, advance=1, failed=sum(o["status"] == "failed" for o in outcomes.values()))
+
+        if jobs:
+            if executor == "ray":
+                run_ray(jobs, workers, address, on_done)
+            elif executor == "local":
+                run_local(jobs, workers, on_done)
+            else:
+                raise ConfigError(f"unknown executor {executor!r}; choose local or ray")
+    table = collect(root, spec, tasks)
+    return dict(root=root, total=len(tasks), ran=len(jobs), skipped=len(tasks) - len(jobs),
+                failed=[o for o in outcomes.values() if o["status"] == "failed"], table=table)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
+    """results.parquet and results.csv: one row per run, its config keys and summary figures."""
+    import pandas as pd
+
+    rows = []
+    for t in tasks:
+        path = root / "runs" / t["id"]
+        row = dict(run_id=t["id"], status="pending", error=None)
+        if (path / "config.yaml").exists():
+            row.update({f"config.{k}": v for k, v in flatten(configs.load(str(path / "config.yaml")).model_dump(
+                mode="json")).items() if not isinstance(v, (list, dict))})
+        row.update({k: v for k, v in t["point"].items()})
+        row["seed"] = t["seed"]
+        if (path / "summary.json").exists():
+            summary = json.loads((path / "summary.json").read_text())
+            row["status"] = "done"
+            for key, value in summary.items():
+                if key == "per_stage":
+                    continue
+                row[key] = json.dumps(value) if isinstance(value, list) else value
+        elif (path / "error.txt").exists():
+            row["status"] = "failed"
+            lines = (path / "error.txt").read_text().strip().splitlines()
+            row["error"] = lines[-1] if lines else "unknown error"
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.to_csv(root / "results.csv", index=False)
+    table.to_parquet(root / "results.parquet", index=False)
+    return table

@@ -1,0 +1,124 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from internalize.analysis.report import power_fit, spread
+from internalize.config import ConfigError
+from internalize.sweep import TIMING_COLUMNS, expand, read_spec
+
+SMALL = """experiment: logicot
+scale: smoke
+grid:
+  task.k: [4, 8]
+seeds: [0, 1, 2, 3]
+report:
+  figures:
+    - {x: task.k, y: samples_to_full_accuracy, logx: true, logy: true, fit: power}
+"""
+
+
+def write(tmp_path, text, name="sweep.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def comparable(root):
+    table = pd.read_parquet(root / "results.parquet")
+    table = table.drop(columns=[c for c in table.columns if c in TIMING_COLUMNS])
+    return table.sort_values("run_id").reset_index(drop=True)
+
+
+def test_expand_is_grid_times_seeds_and_refuses_a_bad_sweep(tmp_path):
+    tasks = expand(read_spec(write(tmp_path, SMALL)))
+    assert len(tasks) == 8
+    assert tasks[0]["id"] == "task.k=4__seed=0" and tasks[-1]["id"] == "task.k=8__seed=3"
+    assert "task.k=8" in tasks[-1]["overrides"] and "seed=3" in tasks[-1]["overrides"]
+    with pytest.raises(ConfigError, match="task.k must be a power of two"):
+        expand(read_spec(write(tmp_path, SMALL.replace("[4, 8]", "[4, 12]"))))
+    with pytest.raises(ConfigError, match="unknown config key 'task.kk'"):
+        expand(read_spec(write(tmp_path, SMALL.replace("task.k:", "task.kk:"))))
+    with pytest.raises(ConfigError, match="unknown config key 'seedz'"):
+        read_spec(write(tmp_path, SMALL + "seedz: [1]\n"))
+
+
+def test_a_bad_sweep_writes_nothing(cli, tmp_path):
+    out = tmp_path / "out"
+    result = cli("sweep", write(tmp_path, SMALL.replace("[4, 8]", "[4, 12]")), "--out", out)
+    assert result.exit_code == 2 and "power of two" in result.output
+    assert not out.exists()
+
+
+def test_local_and_ray_sweeps_of_8_runs_give_identical_tables(cli, tmp_path):
+    pytest.importorskip("ray")
+    file = write(tmp_path, SMALL)
+    local, ray = tmp_path / "local", tmp_path / "ray"
+    result = cli("sweep", file, "--out", local, "--workers", 2, "--quiet")
+    assert result.exit_code == 0, result.output
+    result = cli("sweep", file, "--out", ray, "--executor", "ray", "--workers", 2, "--quiet")
+    assert result.exit_code == 0, result.output
+    a, b = comparable(local), comparable(ray)
+    assert len(a) == 8 and (a["status"] == "done").all()
+    pd.testing.assert_frame_equal(a, b)
+    assert (a["zero_filled_accuracy"] == 1.0).all()
+    report = (local / "report.md").read_text()
+    assert "8 of 8 runs finished" in report and "samples_to_full_accuracy ~ task.k^b" in report
+    assert (local / "figures" / "samples_to_full_accuracy_vs_task_k.png").exists()
+    assert (local / "results.csv").exists()
+
+
+def test_a_failing_run_is_recorded_and_the_others_finish(cli, tmp_path):
+    file = write(tmp_path, SMALL.replace("task.k: [4, 8]", "train.lr: [0.1, .inf]").replace("[0, 1, 2, 3]", "[0, 1]"))
+    out = tmp_path / "out"
+    result = cli("sweep", file, "--out", out, "--workers", 2, "--quiet")
+    assert result.exit_code == 1 and "2 failed" in result.output
+    table = pd.read_parquet(out / "results.parquet")
+    failed = table[table["status"] == "failed"]
+    assert sorted(failed["run_id"]) == ["train.lr=inf__seed=0", "train.lr=inf__seed=1"]
+    assert failed["error"].str.contains("non-finite loss").all()
+    assert (table[table["train.lr"] == 0.1]["status"] == "done").all()
+    assert "## Failed runs" in (out / "report.md").read_text()
+
+
+def test_a_killed_sweep_restarts_where_it_stopped(tmp_path):
+    slow = SMALL.replace("scale: smoke", "scale: smoke\nset: {train.advance: steps, train.steps_per_stage: 150, "
+                                            "train.eval_every: 1, train.checkpoint_every: 10}")
+    file, out = write(tmp_path, slow), tmp_path / "out"
+    command = [sys.executable, "-m", "internalize.cli", "sweep", str(file), "--out", str(out), "--workers", "2",
+               "--quiet"]
+    proc = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finished = lambda: sorted(p.parent.name for p in (out / "runs").glob("*/summary.json"))  # noqa: E731
+    deadline = time.time() + 240
+    while len(finished()) < 3 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {name: (out / "runs" / name / "summary.json").stat().st_mtime_ns for name in finished()}
+    assert 3 <= len(before) < 8, before
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert f"{8 - len(before)} run now, {len(before)} already finished" in result.stdout
+    for name, mtime in before.items():  # finished runs were not run again
+        assert (out / "runs" / name / "summary.json").stat().st_mtime_ns == mtime
+    table = pd.read_parquet(out / "results.parquet")
+    assert len(table) == 8 and (table["status"] == "done").all()
+
+
+def test_report_helpers():
+    x = np.array([16.0, 32, 64, 128])
+    b, se, a = power_fit(x, 3 * x**1.5)
+    assert abs(b - 1.5) < 1e-9 and se < 1e-9 and abs(np.exp(a) - 3) < 1e-9
+    assert spread([1.0, 3.0]) == "2 ± 1.4"
+    assert spread([2000.0, float("nan")]) == "2,000 ± 0 (1/2)"
+    assert spread([float("nan")]) == "never"
+
+
+def test_report_refuses_a_directory_that_is_no_sweep(cli, tmp_path):
+    result = cli("report", tmp_path)
+    assert result.exit_code == 2 and "not a sweep directory" in result.output
