@@ -26,9 +26,12 @@ def fail(message: str, code: int = 2) -> None:
 def list_experiments() -> None:
     """The experiments, each with a one-line description."""
     table = Table(box=None, show_header=False, pad_edge=False)
+    from internalize.sweep import available
+
     for name, description in configs.available().items():
         table.add_row(f"[bold]{name}[/]", description)
     console.print(table)
+    console.print("sweeps (internalize sweep NAME): " + ", ".join(available()), highlight=False)
 
 
 @app.command()
@@ -73,11 +76,11 @@ def run(
 
 @app.command()
 def sweep(
-    file: Path = typer.Argument(..., help="a sweep file (YAML): experiment, grid, seeds"),
+    file: str = typer.Argument(..., help="a sweep file (YAML: experiment, grid, seeds) or a bundled sweep's name"),
     executor: str = typer.Option("local", "--executor", help="local (a process pool) or ray"),
     address: Optional[str] = typer.Option(None, "--address", help="an existing Ray cluster (default: start one here)"),
     workers: Optional[int] = typer.Option(None, "--workers", help="parallel runs (default: the cores)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: the file's out, or runs/sweeps/NAME)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: its out, or runs/sweeps/NAME)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
 ) -> None:
     """Run every unfinished run of a sweep, then write its results table and report."""

@@ -39,5 +39,5 @@ def representation_spread(states: list[torch.Tensor], level: np.ndarray) -> list
     About 1 when layer l holds the +-1 values of its level; near 0 when the representation has
     collapsed to the same value for every input.
     """
-    return [float(h.detach()[:, torch.as_tensor(np.flatnonzero(level == l))].std(dim=0).mean())
-            for l, h in enumerate(states, start=1)]
+    return [float(h.detach()[:, torch.as_tensor(np.flatnonzero(level == layer))].std(dim=0).mean())
+            for layer, h in enumerate(states, start=1)]

@@ -147,7 +147,8 @@ def load_checkpoint(path: Path) -> Optional[tuple[dict, dict[str, torch.Tensor]]
         state = json.loads(meta["state"])
         expected = meta["sha256"]
     except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as err:
-        raise ConfigError(f"corrupt checkpoint {file}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"corrupt checkpoint {file}: {reason}") from None
     if digest(tensors) != expected:
         raise ConfigError(f"corrupt checkpoint {file}: its tensors do not match their checksum")
     return state, tensors

@@ -64,10 +64,25 @@ class SweepSpec(Strict):
     report: ReportSpec = ReportSpec()
 
 
+SWEEP_DIR = Path(__file__).parent / "sweeps"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+
+
+def locate(name_or_path) -> Path:
+    """A sweep file by path, or a bundled sweep by name."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    if (SWEEP_DIR / f"{name_or_path}.yaml").exists():
+        return SWEEP_DIR / f"{name_or_path}.yaml"
+    raise ConfigError(f"no sweep file {name_or_path}; bundled sweeps: {', '.join(available())}")
+
+
 def read_spec(file: Path) -> SweepSpec:
-    file = Path(file)
-    if not file.exists():
-        raise ConfigError(f"no sweep file {file}")
+    file = locate(file)
     try:
         raw = yaml.safe_load(file.read_text()) or {}
         return SweepSpec.model_validate(raw)
@@ -160,6 +175,7 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     """Run every unfinished run of a sweep; write the results table; return counts."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    file = locate(file)
     spec = read_spec(file)
     tasks = expand(spec)
     root = sweep_dir(spec, file, out)

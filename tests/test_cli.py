@@ -2,8 +2,7 @@ import pytest
 import torch
 
 from internalize import config as configs
-from internalize.runner import TIMINGS
-from tests.conftest import read_summary
+from tests.conftest import read_summary, without_timings
 
 EXPERIMENTS = sorted(configs.available())
 
@@ -42,11 +41,6 @@ def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
     assert last["zero_filled_accuracy"] == summary["zero_filled_accuracy"] == 1.0
     assert summary["explicit_cot_accuracy"] == 1.0
     assert min(summary["child_attention_mass"]) >= 0.9
-
-
-def without_timings(summary):
-    drop = lambda d: {k: v for k, v in d.items() if k not in TIMINGS}  # noqa: E731
-    return {**drop(summary), "per_stage": [drop(s) for s in summary["per_stage"]]}
 
 
 def test_same_config_and_seed_give_the_same_summary(cli, tmp_path):

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from internalize.curricula import CURRICULA, get_curriculum

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from internalize.runner import TIMINGS
-from tests.conftest import read_summary
+from tests.conftest import read_summary, without_timings
 
 LONG_SMOKE = ["logicot", "--smoke", "--quiet", "--set", "train.advance=steps", "--set", "train.steps_per_stage=200",
               "--set", "train.eval_every=1", "--set", "train.checkpoint_every=7"]
@@ -27,11 +27,6 @@ def metric_lines(path):
         return (path / "metrics.jsonl").read_text().count("\n")
     except FileNotFoundError:
         return 0
-
-
-def without_timings(summary):
-    drop = lambda d: {k: v for k, v in d.items() if k not in TIMINGS}  # noqa: E731
-    return {**drop(summary), "per_stage": [drop(s) for s in summary["per_stage"]]}
 
 
 def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tmp_path):

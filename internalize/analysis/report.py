@@ -48,6 +48,7 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fits = []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -74,6 +75,12 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
                         f"b = {b:.3f} ± {se:.3f} over {len(x)} runs")
     ax.set_xscale("log" if spec.logx else "linear")
     ax.set_yscale("log" if spec.logy else "linear")
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}")
+    ax.set_xticks(sorted(table[spec.x].unique()))
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain if spec.logy else NullFormatter())
     ax.set_xlabel(spec.x)
     ax.set_ylabel(spec.y)
     ax.set_title(spec.title or f"{spec.y} against {spec.x}", fontsize=10)

@@ -113,9 +113,10 @@ class LogICoTSystem:
     def summary(self) -> dict:
         lay = self.layout
         layers = range(1, lay.depth + 1)
-        mass = [child_attention_mass(self.model.attention(l).cpu(), lay.level, lay.children, l) for l in layers]
-        weights = [child_weights(self.model.W[l - 1].cpu(), self.model.allowed.cpu(), lay.level, lay.children, l)
-                   for l in layers]
+        mass = [child_attention_mass(self.model.attention(layer).cpu(), lay.level, lay.children, layer)
+                for layer in layers]
+        weights = [child_weights(self.model.W[layer - 1].cpu(), self.model.allowed.cpu(), lay.level, lay.children,
+                                 layer) for layer in layers]
         states = self.zero_filled_states(self.test)
         return dict(zero_filled_accuracy=sign_accuracy(states[-1][:, -1], self.test[:, -1]),
                     explicit_cot_accuracy=self.explicit_cot_accuracy(self.test),
