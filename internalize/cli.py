@@ -80,6 +80,7 @@ def sweep(
     executor: str = typer.Option("local", "--executor", help="local (a process pool) or ray"),
     address: Optional[str] = typer.Option(None, "--address", help="an existing Ray cluster (default: start one here)"),
     workers: Optional[int] = typer.Option(None, "--workers", help="parallel runs (default: the cores)"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default: cores / workers)"),
     out: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: its out, or runs/sweeps/NAME)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
 ) -> None:
@@ -89,10 +90,10 @@ def sweep(
 
     if executor not in ("local", "ray"):
         fail(f"unknown executor {executor!r}; choose local or ray")
-    if workers is not None and workers < 1:
-        fail("--workers must be at least 1")
+    if (workers is not None and workers < 1) or (threads is not None and threads < 1):
+        fail("--workers and --threads must be at least 1")
     try:
-        result = run_sweep(file, executor, address, workers, out, show=not quiet)
+        result = run_sweep(file, executor, address, workers, out, show=not quiet, threads=threads)
         path = write_report(result["root"])
     except ConfigError as err:
         fail(str(err))

@@ -171,7 +171,7 @@ def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
 
 
 def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
-              out: Optional[Path] = None, show: bool = True) -> dict:
+              out: Optional[Path] = None, show: bool = True, threads: Optional[int] = None) -> dict:
     """Run every unfinished run of a sweep; write the results table; return counts."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -189,7 +189,7 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     cores = os.cpu_count() or 1
     workers = max(1, min(workers or cores, len(todo) or 1))
     jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
-                 path=str(runs / t["id"]), threads=max(1, cores // workers)) for t in todo]
+                 path=str(runs / t["id"]), threads=threads or max(1, cores // workers)) for t in todo]
     outcomes = {}
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                   TimeElapsedColumn(), disable=not show, transient=True) as bar:
