@@ -32,6 +32,8 @@ def atomic_write(path: Path, write) -> None:
     """Write through a temporary file in the same folder, then rename: never a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
+    with open(tmp, "rb+") as f:  # on disk before it takes the old file's place
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

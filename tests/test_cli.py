@@ -90,3 +90,25 @@ def test_tensorboard_logging_writes_event_files(cli, tmp_path):
     assert cli("run", "logicot", "--smoke", "--quiet", "--set", "log.tensorboard=true", "--out", out).exit_code == 0
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 100
+
+
+def test_an_unwritable_run_directory_is_one_clear_line(cli, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    result = cli("run", "logicot", "--smoke", "--out", blocker / "run")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "cannot write run directory" in lines[0], result.output
+
+
+def test_a_full_disk_mid_run_is_one_clear_line(cli, tmp_path, monkeypatch):
+    import errno
+
+    from internalize.runs import Run
+
+    def full(self, state, tensors):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Run, "checkpoint", full)
+    result = cli("run", "logicot", "--smoke", "--out", tmp_path / "run")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and "No space left on device" in lines[0], result.output
