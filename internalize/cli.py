@@ -117,21 +117,27 @@ def report_command(directory: Path = typer.Argument(..., help="a sweep directory
         fail(str(err))
 
 
+STANDARD = ("stage", "steps", "samples_seen", "val_loss", "train_seconds")
+
+
 def report(summary: dict, path: Path) -> None:
+    """The per-stage table (what each stage is, its cost, its figures), then the run's headline."""
+    from internalize.experiments import describe
+
+    rows = summary["per_stage"]
+    extra = [k for k in rows[0] if k not in STANDARD and not isinstance(rows[0][k], (list, dict))]
     table = Table(title=f"{summary['experiment']} (seed {summary['seed']})")
-    table.caption = "padded: thinking tokens hidden; trains: the layer that learns; accuracy: zero-filled, one pass"
-    for col in ("stage", "padded", "trains", "steps", "samples", "val loss", "accuracy", "seconds"):
-        table.add_column(col, justify="right")
-    for r in summary["per_stage"]:
-        table.add_row(str(r["stage"]), str(r["padded"]), str(r["layer"]), str(r["steps"]), f"{r['samples_seen']:,}",
-                      f"{r['val_loss']:.2e}", f"{r['zero_filled_accuracy']:.3f}", f"{r['train_seconds']:.2f}")
+    for col in ("stage", *extra[:2], "steps", "samples", "val loss", *extra[2:], "seconds"):
+        table.add_column(col.replace("_accuracy", "").replace("_", " "), justify="right")
+
+    def cell(value) -> str:
+        return f"{value:.3f}" if isinstance(value, float) else "-" if value is None else str(value)
+
+    for r in rows:
+        table.add_row(str(r["stage"]), *(cell(r[k]) for k in extra[:2]), str(r["steps"]), f"{r['samples_seen']:,}",
+                      f"{r['val_loss']:.2e}", *(cell(r[k]) for k in extra[2:]), f"{r['train_seconds']:.2f}")
     console.print(table)
-    mass = ", ".join(f"{m:.3f}" for m in summary["child_attention_mass"])
-    cot = summary["explicit_cot_accuracy"]
-    cot = "n/a" if cot is None else f"{cot:.3f}"
-    console.print(f"zero-filled accuracy {summary['zero_filled_accuracy']:.3f} in one pass; "
-                  f"explicit CoT ({summary['layers']} passes) {cot}; "
-                  f"child attention mass per layer [{mass}]", highlight=False)
+    console.print(describe(summary), highlight=False)
     console.print(f"run directory: {path}", highlight=False)
 
 

@@ -44,7 +44,9 @@ class LogICoTModel(Strict):
 
 
 class CurriculumConfig(Strict):
-    name: Literal["log_icot", "stepwise", "full_cot", "e2e"] = "log_icot"
+    name: Literal["log_icot", "stepwise", "left", "right", "inductive", "mixture", "full_cot", "e2e"] = "log_icot"
+    per_stage: int = 1  # tokens removed per stage (stepwise, left, right)
+    smoothing: float = 0.0  # Deng et al.'s removal smoothing lambda (0: off; they use 4)
 
 
 class TheoryConfig(Strict):

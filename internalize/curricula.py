@@ -1,86 +1,166 @@
 """Curricula: which chain-of-thought tokens are hidden in each stage.
 
 A curriculum is a pure function of (stage, number of thinking tokens) to the set of thinking
-tokens removed, plus its stage count and what is supervised and trained. The trainer never
-special-cases one: it asks for `num_stages` and `removed`, nothing else.
+tokens removed, plus its stage count and what is supervised and trained; per example it may
+also draw its own variation (removal smoothing, a mixture of lengths). The trainer never
+special-cases one: systems ask for `num_stages`, `removed` and `sample_removed`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
+import torch
 
 
 @dataclass(frozen=True)
 class Curriculum:
-    name: str
-    description: str
-    stage_count: Callable[[int], int]  # thinking tokens -> number of stages
-    removed_count: Callable[[int, int], int]  # (stage, thinking tokens) -> leading tokens removed
+    """Base: remove nothing, one stage."""
+
+    name: str = "full_cot"
+    description: str = "never hide anything: explicit chain of thought"
     answer_only: bool = False  # supervise the answer alone (no intermediate targets)
     train_all_layers: bool = False  # train every layer jointly instead of the frontier alone
+    hint: bool = False  # sequences carry a length-hint token (mixture)
 
     def num_stages(self, thinking: int) -> int:
-        return self.stage_count(thinking)
+        return 1
+
+    def _removed(self, stage: int, thinking: int) -> np.ndarray:
+        return np.zeros(thinking, dtype=bool)
 
     def removed(self, stage: int, thinking: int) -> np.ndarray:
         """(thinking,) bool: the tokens hidden in this 0-based stage."""
         if not 0 <= stage < self.num_stages(thinking):
             raise ValueError(f"{self.name} has {self.num_stages(thinking)} stages, no stage {stage}")
-        mask = np.zeros(thinking, dtype=bool)
-        mask[: self.removed_count(stage, thinking)] = True
-        return mask
+        return self._removed(stage, thinking)
+
+    def sample_removed(self, stage: int, thinking: int, batch: int, generator: torch.Generator) -> np.ndarray:
+        """(batch, thinking) bool: what each example of a training batch hides."""
+        return np.broadcast_to(self.removed(stage, thinking), (batch, thinking)).copy()
 
 
-def _tree_leaves(thinking: int) -> int:
-    """A parity tree over k leaves has k - 2 thinking tokens."""
-    k = thinking + 2
-    if k & (k - 1):
-        raise ValueError(f"log_icot needs k - 2 thinking tokens with k a power of two (got {thinking})")
-    return k
+def _prefix(count: int, thinking: int, from_right: bool = False) -> np.ndarray:
+    mask = np.zeros(thinking, dtype=bool)
+    count = max(0, min(count, thinking))
+    if from_right:
+        mask[thinking - count:] = True
+    else:
+        mask[:count] = True
+    return mask
 
 
-def _log_icot_count(stage: int, thinking: int) -> int:
-    # stage t = stage + 1 hides the first k(1 - 2^-(t-1)) tokens: whole tree levels 1..t-1
-    k = _tree_leaves(thinking)
-    return k - (k >> stage)
+@dataclass(frozen=True)
+class E2E(Curriculum):
+    name: str = "e2e"
+    description: str = "hide every thinking token from the start; answer-only loss; all layers trained"
+    answer_only: bool = True
+    train_all_layers: bool = True
+
+    def _removed(self, stage: int, thinking: int) -> np.ndarray:
+        return np.ones(thinking, dtype=bool)
 
 
-CURRICULA = {
-    c.name: c
-    for c in (
-        Curriculum(
-            "log_icot",
-            "hide one whole tree level per stage: log2(k) stages",
-            stage_count=lambda thinking: _tree_leaves(thinking).bit_length() - 1,
-            removed_count=_log_icot_count,
-        ),
-        Curriculum(
-            "stepwise",
-            "hide one more thinking token per stage (Deng et al. 2024): k - 1 stages",
-            stage_count=lambda thinking: thinking + 1,
-            removed_count=lambda stage, thinking: stage,
-        ),
-        Curriculum(
-            "full_cot",
-            "never hide anything: explicit chain of thought",
-            stage_count=lambda thinking: 1,
-            removed_count=lambda stage, thinking: 0,
-        ),
-        Curriculum(
-            "e2e",
-            "hide every thinking token from the start; answer-only loss; all layers trained",
-            stage_count=lambda thinking: 1,
-            removed_count=lambda stage, thinking: thinking,
-            answer_only=True,
-            train_all_layers=True,
-        ),
-    )
-}
+@dataclass(frozen=True)
+class LogICoT(Curriculum):
+    name: str = "log_icot"
+    description: str = "hide one whole tree level per stage: log2(k) stages"
+
+    @staticmethod
+    def leaves(thinking: int) -> int:
+        k = thinking + 2  # a parity tree over k leaves has k - 2 thinking tokens
+        if k & (k - 1):
+            raise ValueError(f"log_icot needs k - 2 thinking tokens with k a power of two (got {thinking})")
+        return k
+
+    def num_stages(self, thinking: int) -> int:
+        return self.leaves(thinking).bit_length() - 1
+
+    def _removed(self, stage: int, thinking: int) -> np.ndarray:
+        k = self.leaves(thinking)
+        return _prefix(k - (k >> stage), thinking)  # stage t = stage + 1 hides k(1 - 2^-(t-1)) tokens
 
 
-def get_curriculum(name: str) -> Curriculum:
-    if name not in CURRICULA:
-        raise ValueError(f"unknown curriculum {name!r}; choose from {sorted(CURRICULA)}")
-    return CURRICULA[name]
+@dataclass(frozen=True)
+class Directional(Curriculum):
+    """Remove `per_stage` more tokens each stage, from the left (earliest first) or the right.
+
+    Stage 0 shows the full chain; the last stage hides all of it. With `smoothing` = lambda > 0,
+    each training example removes o extra tokens, P(o) proportional to exp(-lambda o) (Deng et al.).
+    """
+
+    name: str = "left"
+    description: str = "remove the earliest remaining thinking tokens first, per_stage a stage"
+    per_stage: int = 1
+    from_right: bool = False
+    smoothing: float = 0.0
+
+    def num_stages(self, thinking: int) -> int:
+        return 1 + math.ceil(thinking / self.per_stage)
+
+    def _removed(self, stage: int, thinking: int) -> np.ndarray:
+        return _prefix(stage * self.per_stage, thinking, self.from_right)
+
+    def sample_removed(self, stage: int, thinking: int, batch: int, generator: torch.Generator) -> np.ndarray:
+        if self.smoothing <= 0:
+            return super().sample_removed(stage, thinking, batch, generator)
+        base = int(self.removed(stage, thinking).sum())
+        offsets = np.arange(thinking - base + 1)
+        weights = torch.as_tensor(np.exp(-self.smoothing * offsets))
+        extra = torch.multinomial(weights, batch, replacement=True, generator=generator).numpy()
+        return np.stack([_prefix(base + int(o), thinking, self.from_right) for o in extra])
+
+
+@dataclass(frozen=True)
+class Inductive(Curriculum):
+    """Stage s keeps every 2^s-th thinking token (decided here): 2-step, then 4-step compositions."""
+
+    name: str = "inductive"
+    description: str = "stride doubling: stage s keeps every 2^s-th thinking token"
+
+    def num_stages(self, thinking: int) -> int:
+        return 1 + max(1, math.ceil(math.log2(thinking + 1))) if thinking else 1
+
+    def _removed(self, stage: int, thinking: int) -> np.ndarray:
+        position = np.arange(1, thinking + 1)  # thinking token j is the state after j steps
+        return position % (1 << stage) != 0
+
+
+@dataclass(frozen=True)
+class Mixture(Curriculum):
+    """Every example hides its first r tokens, r uniform over {0..thinking}; a hint says how many stay."""
+
+    name: str = "mixture"
+    description: str = "a mixture of removal lengths with a length-hint token, one stage"
+    hint: bool = True
+
+    def sample_removed(self, stage: int, thinking: int, batch: int, generator: torch.Generator) -> np.ndarray:
+        counts = torch.randint(0, thinking + 1, (batch,), generator=generator).numpy()
+        return np.stack([_prefix(int(c), thinking) for c in counts])
+
+
+def get_curriculum(name: str, per_stage: int = 1, smoothing: float = 0.0) -> Curriculum:
+    """A curriculum by name; `per_stage` and `smoothing` apply to left, right and stepwise."""
+    if per_stage < 1:
+        raise ValueError(f"curriculum.per_stage must be at least 1 (got {per_stage})")
+    directional = dict(per_stage=per_stage, smoothing=smoothing)
+    made = {
+        "log_icot": lambda: LogICoT(),
+        "stepwise": lambda: Directional(
+            name="stepwise", description="hide one more thinking token per stage (Deng et al. 2024): k - 1 stages",
+            **directional),
+        "left": lambda: Directional(**directional),
+        "right": lambda: Directional(name="right", description="remove the tokens nearest the answer first",
+                                     from_right=True, **directional),
+        "inductive": lambda: Inductive(),
+        "mixture": lambda: Mixture(),
+        "full_cot": lambda: Curriculum(),
+        "e2e": lambda: E2E(),
+    }
+    if name not in made:
+        raise ValueError(f"unknown curriculum {name!r}; choose from {sorted(made)}")
+    return made[name]()
+
+
+CURRICULA = ("log_icot", "stepwise", "left", "right", "inductive", "mixture", "full_cot", "e2e")

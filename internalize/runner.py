@@ -48,19 +48,16 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
         run = Run.create(path, config)
     result = train(system, config.train, torch.Generator().manual_seed(config.seed), run, show_progress=show,
                    resume=(checkpoint[0]["train"], checkpoint[1]) if checkpoint else None)
-    summary = dict(experiment=config.experiment, seed=config.seed, **system.summary(), **result)
-    solved = [r for r in result["per_stage"] if r["zero_filled_accuracy"] >= 1.0]
+    summary = dict(experiment=config.experiment, task=config.task.name, seed=config.seed, **system.summary(),
+                   **result)
+    solved = [r for r in result["per_stage"] if r[system.headline] >= 1.0]
     summary["samples_to_full_accuracy"] = solved[0]["samples_seen"] if solved else None
     summary["seconds_to_full_accuracy"] = solved[0]["train_seconds"] if solved else None
     plots.loss_curve(read_metrics(run.path), run.figures / "val_loss.png",
                      f"{config.experiment}: validation loss per stage")
-    plots.stage_accuracy(result["per_stage"], run.figures / "zero_filled_accuracy.png")
-    lay = system.layout
-    with torch.no_grad():
-        for layer in range(1, lay.depth + 1):
-            attention = system.model.attention(layer).cpu().numpy()
-            plots.attention_heatmap(attention, lay.level, lay.children, layer,
-                                    run.figures / f"attention_layer{layer}.png")
+    for key, chance in system.stage_metrics.items():
+        plots.stage_accuracy(result["per_stage"], run.figures / f"{key}.png", key, chance)
+    system.figures(run.figures)
     summary["wall_seconds"] = time.perf_counter() - started
     run.write_summary(summary)
     return summary

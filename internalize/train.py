@@ -23,6 +23,7 @@ from internalize.config import TrainConfig
 class Stage:
     info: dict  # what this stage is, for tables and the summary: e.g. {"padded": 8, "layer": 2}
     params: list[torch.nn.Parameter]
+    sample: Callable[[int, torch.Generator], Any]  # (batch size, generator) -> a fresh training batch
     loss: Callable[[Any], torch.Tensor]  # a training batch -> scalar loss
     validate: Callable[[], float]  # loss on the fixed validation set
 
@@ -32,7 +33,6 @@ class System(Protocol):
     model: torch.nn.Module
 
     def stage(self, index: int) -> Stage: ...
-    def sample(self, batch_size: int, generator: torch.Generator) -> Any: ...
     def after_step(self) -> None: ...
     def evaluate(self) -> dict[str, float]: ...
 
@@ -142,7 +142,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                                 completed=state.stage_step, val=state.val)
             started = time.perf_counter()
             while state.stage_step < cap:
-                loss = stage.loss(system.sample(cfg.batch_size, generator))
+                loss = stage.loss(stage.sample(cfg.batch_size, generator))
                 if not torch.isfinite(loss):
                     raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {state.stage_step + 1}")
                 optimizer.zero_grad(set_to_none=True)

@@ -119,8 +119,8 @@ def test_the_trainer_never_checkpoints_non_finite_weights():
             self.model = model
 
         def stage(self, index):
-            return Stage(info={}, params=list(model.parameters()), loss=lambda batch: (model.weight ** 2).sum(),
-                         validate=lambda: 0.0)
+            return Stage(info={}, params=list(model.parameters()), sample=lambda size, generator: None,
+                         loss=lambda batch: (model.weight ** 2).sum(), validate=lambda: 0.0)
 
         def sample(self, batch_size, generator):
             return None

@@ -33,7 +33,7 @@ class Quadratic:
             value = (w - 1.0) ** 2
             return value * float("nan") if self.poison else value
 
-        return Stage(info=dict(layer=index + 1), params=[w], loss=loss,
+        return Stage(info=dict(layer=index + 1), params=[w], sample=self.sample, loss=loss,
                      validate=lambda: float((w.detach() - 1.0) ** 2))
 
     def sample(self, batch_size, generator):

@@ -61,19 +61,24 @@ def attention_heatmap(attention: np.ndarray, level: np.ndarray, children: np.nda
     plt.close(fig)
 
 
-def stage_accuracy(per_stage: list[dict], path: Path, key: str = "zero_filled_accuracy") -> None:
-    """Zero-filled (one pass, every thinking token padded) accuracy after each stage."""
+TITLES = {"zero_filled_accuracy": "one forward pass, every thinking token padded"}
+
+
+def stage_accuracy(per_stage: list[dict], path: Path, key: str = "zero_filled_accuracy",
+                   chance: float | None = 0.5) -> None:
+    """An accuracy after each stage, against chance; e.g. zero-filled (one pass, all padded)."""
     stages = [r["stage"] for r in per_stage]
     acc = [r[key] for r in per_stage]
     fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(stages) + 2), 3.2))
     ax.bar(stages, acc, color=["C2" if a >= 0.99 else "C0" for a in acc])
-    ax.axhline(0.5, ls="--", lw=0.8, color="0.4")
-    ax.text(stages[-1] + 0.45, 0.5, "chance", va="bottom", ha="right", fontsize=8, color="0.4")
+    if chance is not None:
+        ax.axhline(chance, ls="--", lw=0.8, color="0.4")
+        ax.text(stages[-1] + 0.45, chance, "chance", va="bottom", ha="right", fontsize=8, color="0.4")
     ax.set_ylim(0, 1.05)
     ax.set_xticks(stages)
     ax.set_xlabel("after stage")
-    ax.set_ylabel("zero-filled accuracy")
-    ax.set_title("one forward pass, every thinking token padded", fontsize=10)
+    ax.set_ylabel(key.replace("_", " "))
+    ax.set_title(TITLES.get(key, key.replace("_", " ") + " after each stage"), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -4,9 +4,17 @@ from __future__ import annotations
 from internalize.config import Config
 
 
-def build(config: Config):
-    """The system a config describes, ready for the trainer."""
+def system_class(task: str):
     from internalize.experiments.logicot import LogICoTSystem
 
-    systems = {"logicot": LogICoTSystem}
-    return systems[config.model.name](config)
+    return {"parity_tree": LogICoTSystem}[task]
+
+
+def build(config: Config):
+    """The system a config describes, ready for the trainer."""
+    return system_class(config.task.name)(config)
+
+
+def describe(summary: dict) -> str:
+    """One line of a finished run's headline figures."""
+    return system_class(summary["task"]).describe(summary)

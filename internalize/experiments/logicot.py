@@ -1,9 +1,12 @@
 """Log-ICoT wired together: the parity tree, the gated model, a curriculum, squared error."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from internalize.analysis import plots
 from internalize.config import Config
 from internalize.curricula import get_curriculum
 from internalize.evaluate import child_attention_mass, child_weights, representation_spread, sign_accuracy
@@ -25,7 +28,11 @@ class LogICoTSystem:
             raise ValueError("device 'cuda' was asked for, but CUDA is not available here")
         self.device = torch.device(config.device)
         self.model = LogICoT(self.layout.level, config.model.link, config.model.mask).to(self.device)
-        self.curriculum = get_curriculum(config.curriculum.name)
+        self.curriculum = get_curriculum(config.curriculum.name, config.curriculum.per_stage,
+                                         config.curriculum.smoothing)
+        if self.curriculum.hint or config.curriculum.smoothing:
+            raise ValueError(f"curriculum {config.curriculum.name} with smoothing {config.curriculum.smoothing} "
+                             "varies per example; the Log-ICoT gates are prescribed per stage")
         self.num_stages = self.curriculum.num_stages(len(self.layout.thinking))
         self.val = self.sample(config.train.val_size, torch.Generator().manual_seed(config.seed + VAL_SEED))
         self.test = self.sample(config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
@@ -67,7 +74,7 @@ class LogICoTSystem:
             return float(loss(self.val))
 
         info = dict(padded=int(removed.sum()), layer="all" if self.curriculum.train_all_layers else plan.frontier)
-        return Stage(info=info, params=params, loss=loss, validate=validate)
+        return Stage(info=info, params=params, sample=self.sample, loss=loss, validate=validate)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
         return self.task.sample(batch_size, generator).to(self.device)
@@ -108,6 +115,25 @@ class LogICoTSystem:
 
     def evaluate(self) -> dict[str, float]:
         return dict(zero_filled_accuracy=self.zero_filled_accuracy(self.test))
+
+    headline = "zero_filled_accuracy"  # the per-stage figure whose 1.0 counts as solved
+    stage_metrics = {"zero_filled_accuracy": 0.5}  # plotted after each stage, against chance
+
+    def figures(self, folder: Path) -> None:
+        """One attention heatmap per layer: its own level's rows, children boxed."""
+        lay = self.layout
+        with torch.no_grad():
+            for layer in range(1, lay.depth + 1):
+                attention = self.model.attention(layer).cpu().numpy()
+                plots.attention_heatmap(attention, lay.level, lay.children, layer, folder / f"attention_layer{layer}.png")
+
+    @staticmethod
+    def describe(summary: dict) -> str:
+        mass = ", ".join(f"{m:.3f}" for m in summary["child_attention_mass"])
+        cot = summary["explicit_cot_accuracy"]
+        cot = "n/a" if cot is None else f"{cot:.3f}"
+        return (f"zero-filled accuracy {summary['zero_filled_accuracy']:.3f} in one pass; explicit CoT "
+                f"({summary['layers']} passes) {cot}; child attention mass per layer [{mass}]")
 
     @torch.no_grad()
     def summary(self) -> dict:
