@@ -13,7 +13,7 @@ from internalize import config as configs
 from internalize.config import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 120)  # tables stay whole in logs and pipes
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from internalize.tasks import check_sizes
 
@@ -30,6 +30,40 @@ class ParityTreeTask(Strict):
     @model_validator(mode="after")
     def _sizes(self):
         check_sizes(self.n, self.k)
+        return self
+
+
+class AutomatonTask(Strict):
+    name: Literal["automaton"] = "automaton"
+    automaton: str = "cyclic"  # cyclic, symmetric, dihedral, alternating, flip_flop, or a YAML table's path
+    n: int = 6  # the order of a cyclic or dihedral automaton
+    actions: Literal["increment", "all"] = "increment"  # the cyclic automaton's action set
+    length: int = 16  # T, the number of actions (decided here: 16)
+    ood: list[float] = [0.1, 0.9]  # skewed test distributions: mass on the last action
+
+    @model_validator(mode="after")
+    def _table(self):
+        from internalize.tasks.automata import action_distribution, make
+
+        automaton = make(self.automaton, self.n, self.actions)  # a bad table is refused here, on load
+        if self.length < 2:
+            raise ValueError(f"task.length must be at least 2 (got {self.length})")
+        for skew in self.ood:
+            action_distribution(len(automaton.actions), skew)
+        return self
+
+
+class GPTModel(Strict):
+    name: Literal["gpt"] = "gpt"
+    width: int = 128
+    depth: int = 2
+    heads: int = 4
+    keep_positions: bool = False  # removed CoT tokens keep their positions as blanks instead of being deleted
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if min(self.width, self.depth, self.heads) < 1 or self.width % self.heads:
+            raise ValueError(f"model.width ({self.width}) must be a positive multiple of model.heads ({self.heads})")
         return self
 
 
@@ -57,13 +91,15 @@ class TheoryConfig(Strict):
 
 class TrainConfig(Strict):
     mode: Literal["experiment", "theory"] = "experiment"
-    optimizer: Literal["adam", "row_step"] = "adam"
+    optimizer: Literal["adam", "adamw", "row_step"] = "adam"
     lr: float = 0.1
+    weight_decay: float = 0.0  # adamw only
     batch_size: int = 1024  # decided here: 256 (the spec's reference) stalls at k=32, n>=80
     reset_optimizer: bool = True  # a fresh optimizer each stage
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
     threshold: float = 3e-4  # advance once the stage's validation loss is below this
     steps_per_stage: int = 150  # used when advance = steps
+    first_stage_steps: Optional[int] = None  # the first stage's budget when it differs (full-CoT training)
     max_steps_per_stage: int = 1000  # the cap under advance = threshold
     eval_every: int = 2
     val_size: int = 2048
@@ -85,12 +121,35 @@ class Config(Strict):
     seed: int = 0
     device: Literal["cpu", "cuda"] = "cpu"
     scale: str = "default"
-    task: ParityTreeTask = ParityTreeTask()
-    model: LogICoTModel = LogICoTModel()
+    task: Annotated[Union[ParityTreeTask, AutomatonTask], Field(discriminator="name")] = ParityTreeTask()
+    model: Annotated[Union[LogICoTModel, GPTModel], Field(discriminator="name")] = LogICoTModel()
     curriculum: CurriculumConfig = CurriculumConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
     log: LogConfig = LogConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_names(cls, raw):
+        """A task or model section without a name is the parity tree's, or the one its task needs."""
+        if isinstance(raw, dict):
+            task = raw.get("task")
+            if isinstance(task, dict) and "name" not in task:
+                raw["task"] = {"name": "parity_tree", **task}
+            task_name = (raw.get("task") or {}).get("name", "parity_tree") if isinstance(raw.get("task"), dict) \
+                else "parity_tree"
+            model = raw.get("model")
+            if isinstance(model, dict) and "name" not in model:
+                raw["model"] = {"name": "logicot" if task_name == "parity_tree" else "gpt", **model}
+        return raw
+
+    @model_validator(mode="after")
+    def _pairs(self):
+        pairs = {"parity_tree": ("logicot",), "automaton": ("gpt",)}
+        if self.model.name not in pairs[self.task.name]:
+            raise ValueError(f"model {self.model.name} cannot learn task {self.task.name}; "
+                             f"use model.name={pairs[self.task.name][0]}")
+        return self
 
     @model_validator(mode="after")
     def _theory(self):
@@ -99,7 +158,8 @@ class Config(Strict):
             t = self.train
             samples = t.theory.samples or round(self.task.n ** (2 + t.theory.eps))
             t.optimizer, t.advance, t.steps_per_stage, t.batch_size = "row_step", "steps", 1, samples
-            self.model.quantize = True
+            if self.model.name == "logicot":
+                self.model.quantize = True
         if self.train.checkpoint_every < 0:
             raise ValueError("train.checkpoint_every must be 0 or more")
         for key in ("batch_size", "steps_per_stage", "max_steps_per_stage", "eval_every", "val_size"):
@@ -144,7 +204,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _format(err: ValidationError) -> str:
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
+    tags = {"parity_tree", "automaton", "logicot", "gpt"}  # the union's branch names are not keys
+    where = ".".join(str(p) for i, p in enumerate(first["loc"]) if not (i == 1 and p in tags))
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{where}'"
     message = first["msg"].removeprefix("Value error, ")

@@ -69,6 +69,8 @@ class RowStep(torch.optim.Optimizer):
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "row_step":
         return RowStep(params, cfg.theory.row_step)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     return torch.optim.Adam(params, lr=cfg.lr)
 
 
@@ -85,9 +87,21 @@ class TrainState:
     per_stage: list[dict] = field(default_factory=list)
 
 
+def model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """The model's state, each storage once (tied weights are saved under their first name), and the aliases."""
+    unique, aliases, seen = {}, set(), set()
+    for key, value in model.state_dict().items():
+        if value.data_ptr() in seen:
+            aliases.add(key)
+        else:
+            seen.add(value.data_ptr())
+            unique[key] = value
+    return unique, aliases
+
+
 def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict:
     """Every tensor a checkpoint holds; optimizer moments are keyed by parameter name."""
-    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors = {f"model.{k}": v for k, v in model_tensors(model)[0].items()}
     names = {id(p): n for n, p in model.named_parameters()}
     for p, entries in optimizer.state.items():
         for key, value in entries.items():
@@ -99,7 +113,10 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator
 def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], generator: torch.Generator,
             tensors: dict[str, torch.Tensor]) -> None:
     """Load a snapshot; the optimizer's moments only when given one (not after a reset)."""
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    missing, unexpected = model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")},
+                                                strict=False)
+    if unexpected or set(missing) - model_tensors(model)[1]:
+        raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
     params = dict(model.named_parameters())
     for key, value in tensors.items():
         if key.startswith("optim.") and optimizer is not None:
@@ -138,6 +155,8 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                 state.val = stage.validate()
                 recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples, val_loss=state.val))
             cap = cfg.steps_per_stage if cfg.advance == "steps" else cfg.max_steps_per_stage
+            if index == 0 and cfg.first_stage_steps:
+                cap = cfg.first_stage_steps
             task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap,
                                 completed=state.stage_step, val=state.val)
             started = time.perf_counter()

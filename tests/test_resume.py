@@ -13,8 +13,12 @@ import torch
 from internalize.runner import TIMINGS
 from tests.conftest import read_summary, without_timings
 
-LONG_SMOKE = ["logicot", "--smoke", "--quiet", "--set", "train.advance=steps", "--set", "train.steps_per_stage=200",
-              "--set", "train.eval_every=1", "--set", "train.checkpoint_every=7"]
+LONG_SMOKE = {  # seconds-long runs that log every step and checkpoint every 7
+    "logicot": ["logicot", "--smoke", "--quiet", "--set", "train.advance=steps", "--set", "train.steps_per_stage=200",
+                "--set", "train.eval_every=1", "--set", "train.checkpoint_every=7"],
+    "automata": ["automata_regimes", "--smoke", "--quiet", "--set", "train.eval_every=1", "--set",
+                 "train.checkpoint_every=7", "--set", "curriculum.smoothing=4"],
+}
 
 
 def cli_process(*args):
@@ -29,12 +33,13 @@ def metric_lines(path):
         return 0
 
 
-def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tmp_path):
+@pytest.mark.parametrize("model", sorted(LONG_SMOKE))
+def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tmp_path, model):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    assert cli("run", *LONG_SMOKE, "--out", whole).exit_code == 0
+    assert cli("run", *LONG_SMOKE[model], "--out", whole).exit_code == 0
     total = metric_lines(whole)
     target = random.randint(10, total - 20)
-    proc = cli_process("run", *LONG_SMOKE, "--out", killed)
+    proc = cli_process("run", *LONG_SMOKE[model], "--out", killed)
     deadline = time.time() + 120
     while metric_lines(killed) < target and proc.poll() is None and time.time() < deadline:
         time.sleep(0.002)

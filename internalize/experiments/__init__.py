@@ -5,9 +5,13 @@ from internalize.config import Config
 
 
 def system_class(task: str):
+    if task == "automaton":
+        from internalize.experiments.automata import AutomataSystem
+
+        return AutomataSystem
     from internalize.experiments.logicot import LogICoTSystem
 
-    return {"parity_tree": LogICoTSystem}[task]
+    return LogICoTSystem
 
 
 def build(config: Config):

@@ -1,0 +1,185 @@
+"""Learning through internalization on semiautomata: the GPT, token curricula, cross-entropy.
+
+Sequences (specs/automata.md, "Formats"); states q_1..q_{T-1} are the chain of thought:
+
+    cot       a_1 .. a_T <sep> [<hint c>] q_1 .. q_{T-1} <ans> q_T
+    e2e       a_1 .. a_T <ans> q_T
+
+A curriculum hides CoT tokens per stage (deleted by default; blanks with model.keep_positions).
+The loss is on every token after <sep> that the model must write: the kept states, <ans>, q_T.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from internalize.config import Config
+from internalize.curricula import E2E, get_curriculum
+from internalize.models.gpt import GPT, GPTConfig
+from internalize.tasks.automata import AutomatonTask, make
+from internalize.train import Stage
+
+VAL_SEED, TEST_SEED = 1_000_003, 2_000_003
+PAD, SEP, ANS = 0, 1, 2
+
+
+class AutomataSystem:
+    headline = "id_accuracy"
+
+    def __init__(self, config: Config):
+        self.config = config
+        t = config.task
+        if config.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for, but CUDA is not available here")
+        self.device = torch.device(config.device)
+        self.automaton = make(t.automaton, t.n, t.actions)
+        self.task = AutomatonTask(self.automaton, t.length)
+        c = config.curriculum
+        self.curriculum = get_curriculum(c.name, c.per_stage, c.smoothing)
+        self.thinking = t.length - 1
+        self.num_stages = self.curriculum.num_stages(self.thinking)
+        self.sep = not isinstance(self.curriculum, E2E)
+        actions, states = len(self.automaton.actions), len(self.automaton.states)
+        self.act0, self.state0, self.hint0 = 3, 3 + actions, 3 + actions + states
+        m = config.model
+        vocab = self.hint0 + t.length
+        self.model = GPT(GPTConfig(vocab, 2 * t.length + 3, m.width, m.depth, m.heads)).to(self.device)
+        self.stage_metrics = {"id_accuracy": 1 / states, "ood_accuracy": 1 / states}
+        self.val = self.task.sample(config.train.val_size, torch.Generator().manual_seed(config.seed + VAL_SEED))
+        gen = torch.Generator().manual_seed(config.seed + TEST_SEED)
+        self.tests = {"id": self.task.sample(config.eval.test_size, gen)}
+        for skew in t.ood:
+            self.tests[f"ood_p{skew:g}"] = self.task.sample(config.eval.test_size, gen, skew)
+        self.current = 0
+
+    # -- sequences -----------------------------------------------------------------------------
+    def encode(self, actions: torch.Tensor, states: torch.Tensor, removed: np.ndarray):
+        """Tokens (B, L) and which of them are targets (B, L), for per-example hidden masks (B, T-1)."""
+        B, T = actions.shape
+        removed = torch.as_tensor(np.ascontiguousarray(removed))
+        hint = int(self.curriculum.hint)
+        head = T + int(self.sep) + hint
+        rows = torch.arange(B)
+        kept = ~removed  # (B, T-1)
+        tokens = torch.full((B, head + T + 1), PAD, dtype=torch.long)
+        target = torch.zeros_like(tokens, dtype=torch.bool)
+        tokens[:, :T] = actions + self.act0
+        if self.sep:
+            tokens[:, T] = SEP
+        if hint:
+            tokens[:, T + 1] = self.hint0 + kept.sum(dim=1)
+        cot = states[:, :-1] + self.state0  # (B, T-1)
+        if self.config.model.keep_positions:
+            slots = torch.where(kept, cot, torch.full_like(cot, PAD))
+            count = torch.full((B,), T - 1)
+            wanted = kept
+        else:  # delete: the kept tokens move left, in order
+            order = torch.argsort(removed.to(torch.int8), dim=1, stable=True)
+            count = kept.sum(dim=1)
+            wanted = torch.arange(T - 1)[None, :] < count[:, None]
+            slots = torch.where(wanted, cot.gather(1, order), torch.full_like(cot, PAD))
+        tokens[:, head:head + T - 1] = slots
+        target[:, head:head + T - 1] = wanted
+        answer = head + count  # (B,) where <ans> goes
+        tokens[rows, answer], tokens[rows, answer + 1] = ANS, states[:, -1] + self.state0
+        target[rows, answer] = target[rows, answer + 1] = True
+        if self.curriculum.answer_only:
+            target[:] = False
+            target[rows, answer + 1] = True
+        length = int(answer.max()) + 2
+        return tokens[:, :length].to(self.device), target[:, :length].to(self.device)
+
+    def loss_of(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        logits, _ = self.model(tokens[:, :-1])  # (B, L-1, V)
+        losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, L-1)
+        weight = target[:, 1:].float()
+        return (losses * weight).sum() / weight.sum()
+
+    # -- stages ----------------------------------------------------------------------------------
+    def stage(self, index: int) -> Stage:
+        self.current = index
+        removed = self.curriculum.removed(index, self.thinking)
+
+        def sample(batch_size: int, generator: torch.Generator):
+            actions, states = self.task.sample(batch_size, generator)
+            masks = self.curriculum.sample_removed(index, self.thinking, batch_size, generator)
+            return self.encode(actions, states, masks)
+
+        val = self.encode(*self.val, self.curriculum.sample_removed(
+            index, self.thinking, len(self.val[0]), torch.Generator().manual_seed(self.config.seed + VAL_SEED)))
+
+        def loss(batch) -> torch.Tensor:
+            return self.loss_of(*batch)
+
+        @torch.no_grad()
+        def validate() -> float:
+            return float(self.loss_of(*val))
+
+        info = dict(removed=int(removed.sum()))
+        return Stage(info=info, params=list(self.model.parameters()), sample=sample, loss=loss, validate=validate)
+
+    def after_step(self) -> None:
+        pass
+
+    # -- evaluation ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def answer_accuracy(self, actions: torch.Tensor, states: torch.Tensor, removed: np.ndarray) -> float:
+        """Greedy decoding from the prompt (CoT, if any, then <ans> and the answer); answer accuracy."""
+        B = len(actions)
+        tokens, _ = self.encode(actions, states, np.broadcast_to(removed, (B, self.thinking)))
+        prompt = len(actions[0]) + int(self.sep) + int(self.curriculum.hint)
+        steps = tokens.shape[1] - prompt
+        generated = self.model.generate(tokens[:, :prompt], steps)  # (B, steps)
+        is_ans = generated[:, :-1] == ANS  # (B, steps-1)
+        first = torch.where(is_ans.any(dim=1), is_ans.float().argmax(dim=1), torch.full((B,), -2))
+        answer = generated.gather(1, (first + 1).clamp(min=0)[:, None]).squeeze(1)
+        correct = (first >= 0) & (answer == states[:, -1].to(self.device) + self.state0)
+        return float(correct.float().mean())
+
+    def formats(self, index: int) -> dict[str, np.ndarray]:
+        """The test formats of a stage: its own; for the mixture, direct answering and full CoT."""
+        if self.curriculum.hint:
+            return {"direct_": np.ones(self.thinking, dtype=bool), "cot_": np.zeros(self.thinking, dtype=bool)}
+        return {"": self.curriculum.removed(index, self.thinking)}
+
+    def evaluate(self) -> dict[str, float]:
+        out = {}
+        self.model.eval()
+        for prefix, removed in self.formats(self.current).items():
+            accs = {name: self.answer_accuracy(*data, removed) for name, data in self.tests.items()}
+            out[f"{prefix}id_accuracy"] = accs.pop("id")
+            if accs:
+                out[f"{prefix}ood_accuracy"] = float(np.mean(list(accs.values())))
+            out.update({f"{prefix}{name}_accuracy": value for name, value in accs.items()})
+        self.model.train()
+        return out
+
+    @torch.no_grad()
+    def per_position_accuracy(self) -> list[float]:
+        """Teacher-forced accuracy of each target token of the final stage's format, ID test set."""
+        actions, states = self.tests["id"]
+        removed = self.formats(self.current)[next(iter(self.formats(self.current)))]
+        tokens, target = self.encode(actions, states, np.broadcast_to(removed, (len(actions), self.thinking)))
+        logits, _ = self.model(tokens[:, :-1])
+        right = (logits.argmax(-1) == tokens[:, 1:]) & target[:, 1:]
+        columns = target[:, 1:].any(dim=0)
+        return [float(v) for v in (right.sum(0)[columns] / target[:, 1:].sum(0)[columns])]
+
+    def summary(self) -> dict:
+        self.model.eval()
+        out = dict(automaton=self.automaton.name, states=len(self.automaton.states),
+                   per_position_accuracy=self.per_position_accuracy(), **self.evaluate())
+        out["parameters"] = sum(p.numel() for p in self.model.parameters())
+        return out
+
+    def figures(self, folder: Path) -> None:
+        pass
+
+    @staticmethod
+    def describe(summary: dict) -> str:
+        parts = [f"{k.replace('_accuracy', '')} {v:.3f}" for k, v in summary.items()
+                 if k.endswith("_accuracy") and isinstance(v, float)]
+        return f"{summary['automaton']}: " + ", ".join(parts)
