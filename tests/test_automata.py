@@ -1,6 +1,4 @@
-import itertools
 
-import numpy as np
 import pytest
 import torch
 
@@ -97,7 +95,8 @@ def test_token_formats_of_left_removal_and_e2e():
     actions, states, tokens, target = encode_one(system, 0)
     s0 = system.state0
     row = tokens[0].tolist()
-    assert row == [*(actions[0] + system.act0).tolist(), SEP, *(states[0, :4] + s0).tolist(), ANS, int(states[0, 4]) + s0]
+    expected = [*(actions[0] + system.act0).tolist(), SEP, *(states[0, :4] + s0).tolist(), ANS, int(states[0, 4]) + s0]
+    assert row == expected
     assert target[0].tolist() == [False] * 6 + [True] * 6
     _, states, tokens, target = encode_one(system, 3)  # 3 of 4 CoT states deleted: only q_4 stays
     assert tokens[0, 6:].tolist() == [int(states[0, 3]) + s0, ANS, int(states[0, 4]) + s0]

@@ -125,7 +125,8 @@ class LogICoTSystem:
         with torch.no_grad():
             for layer in range(1, lay.depth + 1):
                 attention = self.model.attention(layer).cpu().numpy()
-                plots.attention_heatmap(attention, lay.level, lay.children, layer, folder / f"attention_layer{layer}.png")
+                plots.attention_heatmap(attention, lay.level, lay.children, layer,
+                                        folder / f"attention_layer{layer}.png")
 
     @staticmethod
     def describe(summary: dict) -> str:

@@ -137,7 +137,8 @@ def from_yaml(path: Path) -> Semiautomaton:
             raise ValueError(f"{path}: action {action!r} has no entry for state {missing[0]!r}")
         table.append([index[moves[s]] for s in states])
     name = str(raw.get("name", path.stem))
-    return Semiautomaton(name, tuple(states), tuple(map(str, raw["actions"])), np.array(table), index[str(raw["start"])])
+    start = index[str(raw["start"])]
+    return Semiautomaton(name, tuple(states), tuple(map(str, raw["actions"])), np.array(table), start)
 
 
 def make(automaton: str, n: int = 6, action_set: str = "increment") -> Semiautomaton:
