@@ -57,7 +57,7 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
                      f"{config.experiment}: validation loss per stage")
     for key, chance in system.stage_metrics.items():
         plots.stage_accuracy(result["per_stage"], run.figures / f"{key}.png", key, chance)
-    system.figures(run.figures)
+    system.figures(run.figures, result["per_stage"])
     summary["wall_seconds"] = time.perf_counter() - started
     run.write_summary(summary)
     return summary

@@ -82,3 +82,26 @@ def stage_accuracy(per_stage: list[dict], path: Path, key: str = "zero_filled_ac
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def accuracy_against(per_stage: list[dict], x: str, keys: list[str], path: Path, chance: float | None = None,
+                     title: str = "") -> None:
+    """Several accuracies (one line each) against a per-stage quantity, e.g. CoT tokens removed."""
+    xs = [r[x] for r in per_stage]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, key in enumerate(keys):
+        style = dict(lw=2.2, color="black") if key.endswith("id_accuracy") else dict(lw=1.4, color=f"C{i}")
+        label = key.replace("_accuracy", "").replace("id", "in distribution").replace("ood_p", "OOD, skew ")
+        ax.plot(xs, [r[key] for r in per_stage], marker="o", ms=3.5, label=label.replace("_", " "), **style)
+    if chance is not None:
+        ax.axhline(chance, ls="--", lw=0.8, color="0.4")
+        ax.text(xs[-1], chance, "chance ", va="bottom", ha="right", fontsize=8, color="0.4")
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_xlabel(f"{x} (chain-of-thought tokens)" if x == "removed" else x)
+    ax.set_ylabel("answer accuracy")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, lw=0.4)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

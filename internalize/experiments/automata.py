@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from internalize.analysis import plots
 from internalize.config import Config
 from internalize.curricula import E2E, get_curriculum
 from internalize.models.gpt import GPT, GPTConfig
@@ -175,8 +176,15 @@ class AutomataSystem:
         out["parameters"] = sum(p.numel() for p in self.model.parameters())
         return out
 
-    def figures(self, folder: Path) -> None:
-        pass
+    def figures(self, folder: Path, per_stage: list[dict]) -> None:
+        """Answer accuracy, in and out of distribution, against how many CoT tokens are hidden."""
+        for prefix in self.formats(self.current):
+            keys = [k for k in per_stage[0] if k.startswith(prefix) and k.endswith("_accuracy")
+                    and k not in (f"{prefix}ood_accuracy",)]
+            plots.accuracy_against(per_stage, "removed", keys, folder / f"{prefix}accuracy_vs_removed.png",
+                                   chance=1 / len(self.automaton.states),
+                                   title=f"{self.automaton.name}, T = {self.task.length}: "
+                                         f"{self.curriculum.name} internalization")
 
     @staticmethod
     def describe(summary: dict) -> str:

@@ -119,7 +119,7 @@ class LogICoTSystem:
     headline = "zero_filled_accuracy"  # the per-stage figure whose 1.0 counts as solved
     stage_metrics = {"zero_filled_accuracy": 0.5}  # plotted after each stage, against chance
 
-    def figures(self, folder: Path) -> None:
+    def figures(self, folder: Path, per_stage: list[dict]) -> None:
         """One attention heatmap per layer: its own level's rows, children boxed."""
         lay = self.layout
         with torch.no_grad():
