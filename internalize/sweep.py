@@ -6,6 +6,9 @@ A sweep file:
     out: runs/sweeps/k_by_seed        # optional; default runs/sweeps/<file stem>
     scale: smoke                      # optional
     set: {train.val_size: 1024}       # optional: fixed overrides for every run
+    cases:                            # optional: settings that go together, crossed with the grid
+      - {curriculum.name: log_icot}
+      - {curriculum.name: e2e, train.max_steps_per_stage: 2000}
     grid:
       task.k: [4, 8]
     seeds: [0, 1, 2, 3]
@@ -59,6 +62,7 @@ class SweepSpec(Strict):
     out: Optional[str] = None
     scale: Optional[str] = None
     set: dict[str, Any] = {}
+    cases: list[dict[str, Any]] = []  # settings that go together (e.g. width with depth), crossed with the grid
     grid: dict[str, list[Any]] = {}
     seeds: list[int] = [0]
     report: ReportSpec = ReportSpec()
@@ -93,17 +97,25 @@ def read_spec(file: Path) -> SweepSpec:
 
 
 def run_id(point: dict[str, Any], seed: int) -> str:
-    return "__".join([*(f"{k}={v}" for k, v in point.items()), f"seed={seed}"])
+    return "__".join([*(f"{k}={v}" for k, v in point.items() if v is not None), f"seed={seed}"])
+
+
+def point_keys(spec: SweepSpec) -> list[str]:
+    """The keys that tell the sweep's runs apart (besides the seed): every case key, then the grid's."""
+    keys = [k for case in spec.cases for k in case]
+    return list(dict.fromkeys(keys + list(spec.grid)))
 
 
 def expand(spec: SweepSpec) -> list[dict]:
-    """Every run of the sweep: its id, grid point, seed and overrides, each config validated."""
+    """Every run of the sweep: its id, point, seed and overrides, each config validated."""
     keys = list(spec.grid)
+    case_keys = [k for k in point_keys(spec) if k not in keys]
     tasks = []
-    for values in itertools.product(*(spec.grid[k] for k in keys)):
-        point = dict(zip(keys, values))
+    for case, values in itertools.product(spec.cases or [{}], itertools.product(*(spec.grid[k] for k in keys))):
+        point = {**{k: case.get(k) for k in case_keys}, **dict(zip(keys, values))}
         for seed in spec.seeds:
-            overrides = [f"{k}={json.dumps(v)}" for k, v in {**spec.set, **point, "seed": seed}.items()]
+            settings = {**spec.set, **{k: v for k, v in point.items() if v is not None}, "seed": seed}
+            overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
             configs.load(spec.experiment, overrides, spec.scale)  # refuse a bad sweep before any run starts
             tasks.append(dict(id=run_id(point, seed), point=point, seed=seed, overrides=overrides))
     if len({t["id"] for t in tasks}) != len(tasks):

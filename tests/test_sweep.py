@@ -48,6 +48,19 @@ def test_expand_is_grid_times_seeds_and_refuses_a_bad_sweep(tmp_path):
         read_spec(write(tmp_path, SMALL + "seedz: [1]\n"))
 
 
+def test_cases_go_together_and_cross_the_grid(tmp_path):
+    text = SMALL.replace("grid:", "cases:\n  - {curriculum.name: log_icot}\n"
+                                  "  - {curriculum.name: e2e, train.max_steps_per_stage: 30}\ngrid:")
+    tasks = expand(read_spec(write(tmp_path, text)))
+    assert len(tasks) == 2 * 2 * 4
+    e2e = [t for t in tasks if t["point"]["curriculum.name"] == "e2e"]
+    assert len(e2e) == 8 and all("train.max_steps_per_stage=30" in t["overrides"] for t in e2e)
+    plain = [t for t in tasks if t["point"]["curriculum.name"] == "log_icot"]
+    assert not any(o.startswith("train.max_steps_per_stage") for t in plain for o in t["overrides"])
+    assert plain[0]["id"] == "curriculum.name=log_icot__task.k=4__seed=0"
+    assert e2e[0]["id"] == "curriculum.name=e2e__train.max_steps_per_stage=30__task.k=4__seed=0"
+
+
 def test_a_bad_sweep_writes_nothing(cli, tmp_path):
     out = tmp_path / "out"
     result = cli("sweep", write(tmp_path, SMALL.replace("[4, 8]", "[4, 12]")), "--out", out)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from internalize.config import ConfigError
-from internalize.sweep import FigureSpec, read_spec
+from internalize.sweep import FigureSpec, point_keys, read_spec
 
 
 def load_table(root: Path):
@@ -99,7 +99,7 @@ def write_report(root: Path) -> Path:
         raise ConfigError(f"{root} is not a sweep directory (no sweep.yaml)")
     spec = read_spec(root / "sweep.yaml")
     table = load_table(root)
-    keys = list(spec.grid)
+    keys = point_keys(spec)
     done = table[table["status"] == "done"]
     failed = table[table["status"] == "failed"]
     lines = [f"# Sweep: {spec.experiment}", "",
@@ -111,7 +111,7 @@ def write_report(root: Path) -> Path:
     metrics = [m for m in spec.report.metrics if m in table.columns]
     header = [*keys, "runs", *metrics]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    points = done.groupby(keys, sort=True) if keys else [((), done)]
+    points = done.groupby(keys, sort=True, dropna=False) if keys else [((), done)]
     for point, part in points:
         point = point if isinstance(point, tuple) else (point,)
         cells = [*map(str, point), str(len(part)), *(spread(list(part[m])) for m in metrics)]
