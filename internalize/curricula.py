@@ -87,7 +87,8 @@ class Directional(Curriculum):
     """Remove `per_stage` more tokens each stage, from the left (earliest first) or the right.
 
     Stage 0 shows the full chain; the last stage hides all of it. With `smoothing` = lambda > 0,
-    each training example removes o extra tokens, P(o) proportional to exp(-lambda o) (Deng et al.).
+    each training example of a removal stage removes o extra tokens, P(o) proportional to
+    exp(-lambda o) (Deng et al.); stage 0 stays pure chain-of-thought training (decided here).
     """
 
     name: str = "left"
@@ -103,7 +104,7 @@ class Directional(Curriculum):
         return _prefix(stage * self.per_stage, thinking, self.from_right)
 
     def sample_removed(self, stage: int, thinking: int, batch: int, generator: torch.Generator) -> np.ndarray:
-        if self.smoothing <= 0:
+        if self.smoothing <= 0 or stage == 0:
             return super().sample_removed(stage, thinking, batch, generator)
         base = int(self.removed(stage, thinking).sum())
         offsets = np.arange(thinking - base + 1)

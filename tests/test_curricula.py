@@ -78,6 +78,7 @@ def test_smoothing_removes_extra_tokens_with_geometric_odds():
     # P(o) proportional to exp(-o): P(0) = 1 - 1/e = 0.632
     assert abs((extra == 0).mean() - (1 - 1 / 2.718281828)) < 0.03
     assert (get_curriculum("left").sample_removed(2, 15, 8, torch.Generator()).sum(axis=1) == 2).all()
+    assert not c.sample_removed(0, 15, 500, torch.Generator()).any()  # the CoT stage stays whole
 
 
 def test_mixture_draws_every_length_per_example():
