@@ -121,6 +121,20 @@ def test_mixture_hint_counts_the_kept_tokens_and_keep_positions_blanks_them():
     assert target[0, 6:].tolist() == [False, False, True, True, True, True]
 
 
+@pytest.mark.parametrize("curriculum,headline", [("e2e", "id_accuracy"), ("mixture", "direct_id_accuracy"),
+                                                 ("inductive", "id_accuracy")])
+def test_every_regime_is_evaluated_in_its_own_format(cli, tmp_path, curriculum, headline):
+    from tests.conftest import read_summary
+
+    out = tmp_path / "run"
+    result = cli("run", "automata_regimes", "--smoke", "--quiet", "--set", f"curriculum.name={curriculum}",
+                 "--out", out)
+    assert result.exit_code == 0, result.output
+    summary = read_summary(out)
+    assert summary[headline] > 1 / 6 + 0.2  # the smoke run learns; the evaluation reads its answers
+    assert (out / "figures" / f"{headline}.png").exists()
+
+
 def test_smoke_run_of_the_regimes_config_learns_something(cli, tmp_path):
     from tests.conftest import read_summary
 
