@@ -97,6 +97,8 @@ def test_a_failing_run_is_recorded_and_the_others_finish(cli, tmp_path):
     assert failed["error"].str.contains("non-finite loss").all()
     assert (table[table["train.lr"] == 0.1]["status"] == "done").all()
     assert "## Failed runs" in (out / "report.md").read_text()
+    again = cli("sweep", file, "--out", out, "--workers", 2, "--quiet")  # failed runs are retried, finished ones kept
+    assert again.exit_code == 1 and "2 run now, 2 already finished, 2 failed" in again.output
 
 
 def test_a_killed_sweep_restarts_where_it_stopped(tmp_path):
