@@ -22,7 +22,7 @@ def hf_gpt2(vocab: int, max_len: int, width: int, depth: int, heads: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(vocab_size=vocab, n_positions=max_len, n_embd=width, n_layer=depth, n_head=heads,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(cfg)
 
 
@@ -60,7 +60,7 @@ def main() -> None:
                 loss = model(batch, labels=batch).loss
             else:
                 logits, _ = model(batch[:, :-1])
-                loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:])
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -98,8 +98,8 @@ class AutomataSystem:
 
     def loss_of(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         logits, _ = self.model(tokens[:, :-1])  # (B, L-1, V)
-        losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, L-1)
-        weight = target[:, 1:].float()
+        losses = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")  # (B*(L-1),)
+        weight = target[:, 1:].flatten().float()
         return (losses * weight).sum() / weight.sum()
 
     # -- stages ----------------------------------------------------------------------------------

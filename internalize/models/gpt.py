@@ -54,13 +54,16 @@ class Attention(nn.Module):
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, S, hs)
         S = k.shape[2]
-        causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)  # query i sees keys <= S-T+i
         if self.hook_pattern._forward_hooks:  # someone reads the pattern: compute it explicitly
+            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)  # query i sees keys <= S-T+i
             scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.heads)  # (B, nh, T, S)
             pattern = self.hook_pattern(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
             y = pattern @ v  # (B, nh, T, hs)
+        elif T == S or T == 1:  # no cache (plain causal), or one new token that sees everything
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)  # (B, nh, T, hs)
+            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
         return self.proj(y.transpose(1, 2).reshape(B, T, C)), (k, v)
 
 
