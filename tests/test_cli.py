@@ -32,9 +32,12 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
         assert len(summary["child_attention_mass"]) == summary["layers"] == 3
         assert {"val_loss", "zero_filled_accuracy"} <= set(summary["per_stage"][0])
         assert {"zero_filled_accuracy.png", "attention_layer1.png", "attention_layer3.png"} <= figures
-    else:
-        assert {"id_accuracy", "ood_accuracy", "per_position_accuracy"} <= set(summary)
-        assert {"id_accuracy.png", "accuracy_vs_removed.png"} <= figures
+    else:  # the mixture evaluates two formats, direct_ and cot_; the others their stage's own
+        prefixes = ["direct_", "cot_"] if summary["experiment"] == "automata_mixture" else [""]
+        for p in prefixes:
+            assert {f"{p}id_accuracy", f"{p}ood_accuracy"} <= set(summary)
+            assert {f"{p}id_accuracy.png", f"{p}accuracy_vs_removed.png"} <= figures
+        assert "per_position_accuracy" in summary
 
 
 def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
