@@ -125,17 +125,19 @@ def report(summary: dict, path: Path) -> None:
     from internalize.experiments import describe
 
     rows = summary["per_stage"]
-    extra = [k for k in rows[0] if k not in STANDARD and not isinstance(rows[0][k], (list, dict))]
+    keys = list(rows[0])
+    info = keys[1:keys.index("steps")]  # a stage record is: stage, what the stage is, steps, ..., its figures
+    figures = [k for k in keys if k not in STANDARD and k not in info and not isinstance(rows[0][k], (list, dict))]
     table = Table(title=f"{summary['experiment']} (seed {summary['seed']})")
-    for col in ("stage", *extra[:2], "steps", "samples", "val loss", *extra[2:], "seconds"):
+    for col in ("stage", *info, "steps", "samples", "val loss", *figures, "seconds"):
         table.add_column(col.replace("_accuracy", "").replace("_", " "), justify="right")
 
     def cell(value) -> str:
         return f"{value:.3f}" if isinstance(value, float) else "-" if value is None else str(value)
 
     for r in rows:
-        table.add_row(str(r["stage"]), *(cell(r[k]) for k in extra[:2]), str(r["steps"]), f"{r['samples_seen']:,}",
-                      f"{r['val_loss']:.2e}", *(cell(r[k]) for k in extra[2:]), f"{r['train_seconds']:.2f}")
+        table.add_row(str(r["stage"]), *(cell(r[k]) for k in info), str(r["steps"]), f"{r['samples_seen']:,}",
+                      f"{r['val_loss']:.2e}", *(cell(r[k]) for k in figures), f"{r['train_seconds']:.2f}")
     console.print(table)
     console.print(describe(summary), highlight=False)
     console.print(f"run directory: {path}", highlight=False)

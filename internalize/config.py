@@ -132,15 +132,14 @@ class Config(Strict):
     @classmethod
     def _default_names(cls, raw):
         """A task or model section without a name is the parity tree's, or the one its task needs."""
-        if isinstance(raw, dict):
-            task = raw.get("task")
-            if isinstance(task, dict) and "name" not in task:
-                raw["task"] = {"name": "parity_tree", **task}
-            task_name = (raw.get("task") or {}).get("name", "parity_tree") if isinstance(raw.get("task"), dict) \
-                else "parity_tree"
-            model = raw.get("model")
-            if isinstance(model, dict) and "name" not in model:
-                raw["model"] = {"name": "logicot" if task_name == "parity_tree" else "gpt", **model}
+        if not isinstance(raw, dict):
+            return raw
+        task, model = raw.get("task"), raw.get("model")
+        if isinstance(task, dict) and "name" not in task:
+            raw["task"] = task = {"name": "parity_tree", **task}
+        task_name = task.get("name") if isinstance(task, dict) else "parity_tree"
+        if isinstance(model, dict) and "name" not in model:
+            raw["model"] = {"name": "logicot" if task_name == "parity_tree" else "gpt", **model}
         return raw
 
     @model_validator(mode="after")

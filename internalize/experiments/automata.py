@@ -19,11 +19,11 @@ import torch.nn.functional as F
 from internalize.analysis import plots
 from internalize.config import Config
 from internalize.curricula import E2E, get_curriculum
+from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.tasks.automata import AutomatonTask, make
 from internalize.train import Stage
 
-VAL_SEED, TEST_SEED = 1_000_003, 2_000_003
 PAD, SEP, ANS = 0, 1, 2
 
 
@@ -32,9 +32,7 @@ class AutomataSystem:
     def __init__(self, config: Config):
         self.config = config
         t = config.task
-        if config.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device 'cuda' was asked for, but CUDA is not available here")
-        self.device = torch.device(config.device)
+        self.device = device_for(config)
         self.automaton = make(t.automaton, t.n, t.actions)
         self.task = AutomatonTask(self.automaton, t.length)
         c = config.curriculum
@@ -168,7 +166,7 @@ class AutomataSystem:
     def per_position_accuracy(self) -> list[float]:
         """Teacher-forced accuracy of each target token of the final stage's format, ID test set."""
         actions, states = self.tests["id"]
-        removed = self.formats(self.current)[next(iter(self.formats(self.current)))]
+        removed = next(iter(self.formats(self.current).values()))
         tokens, target = self.encode(actions, states, np.broadcast_to(removed, (len(actions), self.thinking)))
         logits, _ = self.model(tokens[:, :-1])
         right = (logits.argmax(-1) == tokens[:, 1:]) & target[:, 1:]

@@ -9,13 +9,13 @@ import torch
 from internalize.analysis import plots
 from internalize.config import Config
 from internalize.curricula import get_curriculum
+from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.evaluate import child_attention_mass, child_weights, representation_spread, sign_accuracy
 from internalize.models import GatePlan, LogICoT, gate_plan
 from internalize.objectives import squared_error
 from internalize.tasks import ParityTree
 from internalize.train import Stage
 
-VAL_SEED, TEST_SEED = 1_000_003, 2_000_003  # evaluation sets are seeded apart from training
 
 
 class LogICoTSystem:
@@ -24,9 +24,7 @@ class LogICoTSystem:
         task = config.task
         self.task = ParityTree(task.n, task.k, config.seed, task.pairing)
         self.layout = self.task.layout
-        if config.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device 'cuda' was asked for, but CUDA is not available here")
-        self.device = torch.device(config.device)
+        self.device = device_for(config)
         self.model = LogICoT(self.layout.level, config.model.link, config.model.mask).to(self.device)
         self.curriculum = get_curriculum(config.curriculum.name, config.curriculum.per_stage,
                                          config.curriculum.smoothing)
