@@ -35,7 +35,7 @@ def loss_curve(metrics: list[dict], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def attention_heatmap(attention: np.ndarray, level: np.ndarray, children: np.ndarray, layer: int,
+def attention_heatmap(attention: np.ndarray, level: np.ndarray, children: np.ndarray, layer: int, mass: float,
                       path: Path) -> None:
     """Layer `layer`'s attention rows for its own level over the keys they may see; children boxed."""
     rows = np.flatnonzero(level == layer)
@@ -53,7 +53,6 @@ def attention_heatmap(attention: np.ndarray, level: np.ndarray, children: np.nda
     ax.set_xticks(range(0, len(keys), step), [str(k + 1) for k in keys[::step]], fontsize=7)
     ax.set_xlabel("key position (1-based); red boxes: the two children")
     ax.set_ylabel("query")
-    mass = block[np.arange(len(rows))[:, None], [[col[c] for c in children[m]] for m in rows]].sum(1).mean()
     ax.set_title(f"layer {layer}: level-{layer} nodes, mean mass on children {mass:.3f}", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02)
     fig.tight_layout()

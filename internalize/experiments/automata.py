@@ -56,6 +56,7 @@ class AutomataSystem:
         for skew in t.ood:
             self.tests[f"ood_p{skew:g}"] = self.task.sample(config.eval.test_size, gen, skew)
         self.current = 0
+        self.last_evaluation: dict[str, float] = {}  # the figures of the stage that ended last
 
     # -- sequences -----------------------------------------------------------------------------
     def encode(self, actions: torch.Tensor, states: torch.Tensor, removed: np.ndarray):
@@ -160,6 +161,7 @@ class AutomataSystem:
                 out[f"{prefix}ood_accuracy"] = float(np.mean(list(accs.values())))
             out.update({f"{prefix}{name}_accuracy": value for name, value in accs.items()})
         self.model.train()
+        self.last_evaluation = out
         return out
 
     @torch.no_grad()
@@ -176,7 +178,8 @@ class AutomataSystem:
     def summary(self) -> dict:
         self.model.eval()
         out = dict(automaton=self.automaton.name, states=len(self.automaton.states),
-                   per_position_accuracy=self.per_position_accuracy(), **self.evaluate())
+                   per_position_accuracy=self.per_position_accuracy(),
+                   **(self.last_evaluation or self.evaluate()))  # training always ends with a stage's evaluation
         out["parameters"] = sum(p.numel() for p in self.model.parameters())
         return out
 

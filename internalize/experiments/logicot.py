@@ -17,7 +17,6 @@ from internalize.tasks import ParityTree
 from internalize.train import Stage
 
 
-
 class LogICoTSystem:
     def __init__(self, config: Config):
         self.config = config
@@ -122,8 +121,9 @@ class LogICoTSystem:
         lay = self.layout
         with torch.no_grad():
             for layer in range(1, lay.depth + 1):
-                attention = self.model.attention(layer).cpu().numpy()
-                plots.attention_heatmap(attention, lay.level, lay.children, layer,
+                attention = self.model.attention(layer).cpu()
+                mass = child_attention_mass(attention, lay.level, lay.children, layer)
+                plots.attention_heatmap(attention.numpy(), lay.level, lay.children, layer, mass,
                                         folder / f"attention_layer{layer}.png")
 
     @staticmethod
