@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from internalize.tasks import check_sizes
+from internalize.tasks import check_sizes, check_support
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -53,6 +53,18 @@ class AutomatonTask(Strict):
         return self
 
 
+class SparseParityTask(Strict):
+    name: Literal["sparse_parity"] = "sparse_parity"
+    d: int = 64  # input bits
+    k: int = 8  # size of the hidden support
+    order: Literal["sorted", "random"] = "sorted"  # decided here: the chain visits the support left to right
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        check_support(self.d, self.k)
+        return self
+
+
 class GPTModel(Strict):
     name: Literal["gpt"] = "gpt"
     width: int = 128
@@ -77,6 +89,13 @@ class LogICoTModel(Strict):
     quantize: bool = False  # round W to integers after every update
 
 
+class LinearAttentionModel(Strict):
+    name: Literal["linear_attention"] = "linear_attention"
+    nudge: float = 0.8  # each loss is taken at A + (nudge / d) * U(0, 1): integer weights have zero gradient
+    nonnegative: bool = True  # clamp the weights at 0 after every update
+    quantize: bool = True  # round the weights to integers after every update
+
+
 class CurriculumConfig(Strict):
     name: Literal["log_icot", "stepwise", "left", "right", "inductive", "mixture", "full_cot", "e2e"] = "log_icot"
     per_stage: int = 1  # tokens removed per stage (stepwise, left, right)
@@ -84,7 +103,8 @@ class CurriculumConfig(Strict):
 
 
 class TheoryConfig(Strict):
-    samples: Optional[int] = None  # the one batch per stage; None: round(n ** (2 + eps))
+    samples: Optional[int] = None  # the one batch per stage; None: round(n ** (2 + eps)) for the
+    # parity tree, 20,000 for sparse parity (the spec's reference prototype)
     eps: float = 0.9
     row_step: float = 9.0  # each row moves until its largest entry changes by this much
 
@@ -115,14 +135,18 @@ class EvalConfig(Strict):
     test_size: int = 4096
 
 
+MODEL_FOR = {"parity_tree": "logicot", "automaton": "gpt", "sparse_parity": "linear_attention"}
+
+
 class Config(Strict):
     experiment: str
     description: str = ""
     seed: int = 0
     device: Literal["cpu", "cuda"] = "cpu"
     scale: str = "default"
-    task: Annotated[Union[ParityTreeTask, AutomatonTask], Field(discriminator="name")] = ParityTreeTask()
-    model: Annotated[Union[LogICoTModel, GPTModel], Field(discriminator="name")] = LogICoTModel()
+    task: Annotated[Union[ParityTreeTask, AutomatonTask, SparseParityTask],
+                    Field(discriminator="name")] = ParityTreeTask()
+    model: Annotated[Union[LogICoTModel, GPTModel, LinearAttentionModel], Field(discriminator="name")] = LogICoTModel()
     curriculum: CurriculumConfig = CurriculumConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
@@ -131,23 +155,24 @@ class Config(Strict):
     @model_validator(mode="before")
     @classmethod
     def _default_names(cls, raw):
-        """A task or model section without a name is the parity tree's, or the one its task needs."""
+        """A task without a name is the parity tree; a model without one (or none) is the one its task needs."""
         if not isinstance(raw, dict):
             return raw
         task, model = raw.get("task"), raw.get("model")
         if isinstance(task, dict) and "name" not in task:
             raw["task"] = task = {"name": "parity_tree", **task}
         task_name = task.get("name") if isinstance(task, dict) else "parity_tree"
+        if model is None:
+            model = {}
         if isinstance(model, dict) and "name" not in model:
-            raw["model"] = {"name": "logicot" if task_name == "parity_tree" else "gpt", **model}
+            raw["model"] = {"name": MODEL_FOR.get(task_name, "gpt"), **model}
         return raw
 
     @model_validator(mode="after")
     def _pairs(self):
-        pairs = {"parity_tree": ("logicot",), "automaton": ("gpt",)}
-        if self.model.name not in pairs[self.task.name]:
+        if self.model.name != MODEL_FOR[self.task.name]:
             raise ValueError(f"model {self.model.name} cannot learn task {self.task.name}; "
-                             f"use model.name={pairs[self.task.name][0]}")
+                             f"use model.name={MODEL_FOR[self.task.name]}")
         return self
 
     @model_validator(mode="after")
@@ -155,9 +180,14 @@ class Config(Strict):
         """The Theorem-1 regime: one normalised step per stage on n^(2+eps) samples, then rounding."""
         if self.train.mode == "theory":
             t = self.train
-            samples = t.theory.samples or round(self.task.n ** (2 + t.theory.eps))
+            if self.task.name == "sparse_parity":
+                samples = t.theory.samples or 20_000
+                if self.curriculum.name == "e2e" and t.first_stage_steps is None:
+                    t.first_stage_steps = self.task.k  # the internalization route's budget: one step a stage
+            else:
+                samples = t.theory.samples or round(self.task.n ** (2 + t.theory.eps))
             t.optimizer, t.advance, t.steps_per_stage, t.batch_size = "row_step", "steps", 1, samples
-            if self.model.name == "logicot":
+            if self.model.name in ("logicot", "linear_attention"):
                 self.model.quantize = True
         if self.train.checkpoint_every < 0:
             raise ValueError("train.checkpoint_every must be 0 or more")
@@ -203,7 +233,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _format(err: ValidationError) -> str:
     first = err.errors()[0]
-    tags = {"parity_tree", "automaton", "logicot", "gpt"}  # the union's branch names are not keys
+    tags = set(MODEL_FOR) | set(MODEL_FOR.values())  # the union's branch names are not keys
     where = ".".join(str(p) for i, p in enumerate(first["loc"]) if not (i == 1 and p in tags))
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{where}'"

@@ -32,6 +32,9 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
         assert len(summary["child_attention_mass"]) == summary["layers"] == 3
         assert {"val_loss", "zero_filled_accuracy"} <= set(summary["per_stage"][0])
         assert {"zero_filled_accuracy.png", "attention_layer1.png", "attention_layer3.png"} <= figures
+    elif summary["task"] == "sparse_parity":
+        assert {"direct_accuracy", "direct_row_is_support", "support"} <= set(summary)
+        assert {"direct_accuracy.png", "attention_scores.png"} <= figures
     else:  # the mixture evaluates two formats, direct_ and cot_; the others their stage's own
         prefixes = ["direct_", "cot_"] if summary["experiment"] == "automata_mixture" else [""]
         for p in prefixes:

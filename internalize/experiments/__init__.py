@@ -9,6 +9,10 @@ def system_class(task: str):
         from internalize.experiments.automata import AutomataSystem
 
         return AutomataSystem
+    if task == "sparse_parity":
+        from internalize.experiments.sparse_parity import SparseParitySystem
+
+        return SparseParitySystem
     from internalize.experiments.logicot import LogICoTSystem
 
     return LogICoTSystem
