@@ -43,8 +43,10 @@ TIMING_COLUMNS = ("train_seconds", "wall_seconds", "seconds_to_full_accuracy", "
 
 
 class FigureSpec(Strict):
-    x: str  # a grid key
-    y: str  # a summary figure
+    x: str  # a grid key (with per_stage: a key of the per-stage records, e.g. removed)
+    y: str  # a summary figure (with per_stage: a per-stage figure, e.g. ood_accuracy)
+    per_stage: bool = False  # one point per stage of every run instead of one per run
+    only: dict[str, Any] = {}  # keep the runs whose grid keys have these values, e.g. {task.automaton: cyclic}
     group: Optional[str] = None  # another grid key: one line per value
     logx: bool = False
     logy: bool = False
@@ -233,6 +235,19 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def stage_columns(stages: list[dict]) -> dict:
+    """What the per-stage records add to a run's row: the last stage's validation loss and, for every
+    accuracy each stage reports, its lowest value over the stages (how well the run held on)."""
+    if not stages:
+        return {}
+    out = {"final_val_loss": stages[-1].get("val_loss")}
+    for key in stages[0]:
+        values = [s.get(key) for s in stages]
+        if key.endswith("_accuracy") and all(isinstance(v, (int, float)) for v in values):
+            out[f"lowest_{key}"] = min(values)
+    return out
+
+
 def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
     """results.parquet and results.csv: one row per run, its config keys and summary figures."""
     import pandas as pd
@@ -253,6 +268,7 @@ def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
                 if key == "per_stage":
                     continue
                 row[key] = json.dumps(value) if isinstance(value, list) else value
+            row.update(stage_columns(summary.get("per_stage") or []))
         elif (path / "error.txt").exists():
             row["status"] = "failed"
             lines = (path / "error.txt").read_text().strip().splitlines()

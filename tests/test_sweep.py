@@ -1,3 +1,4 @@
+import json
 import os
 import signal
 import subprocess
@@ -8,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from internalize.analysis.report import power_fit, spread
+from internalize.analysis.report import power_fit, spread, stage_table, write_report
 from internalize.config import ConfigError
-from internalize.sweep import TIMING_COLUMNS, expand, read_spec
+from internalize.sweep import TIMING_COLUMNS, collect, expand, read_spec, stage_columns
 
 SMALL = """experiment: logicot
 scale: smoke
@@ -137,3 +138,50 @@ def test_report_helpers():
 def test_report_refuses_a_directory_that_is_no_sweep(cli, tmp_path):
     result = cli("report", tmp_path)
     assert result.exit_code == 2 and "not a sweep directory" in result.output
+
+
+def test_stage_columns_take_the_last_loss_and_the_lowest_accuracy():
+    stages = [dict(stage=1, val_loss=0.5, id_accuracy=1.0, note="x"),
+              dict(stage=2, val_loss=0.2, id_accuracy=0.4, note="y"),
+              dict(stage=3, val_loss=0.1, id_accuracy=0.9, note="z")]
+    assert stage_columns(stages) == {"final_val_loss": 0.1, "lowest_id_accuracy": 0.4}
+    stages[1]["id_accuracy"] = None  # not reported in every stage: no column
+    assert stage_columns(stages) == {"final_val_loss": 0.1}
+    assert stage_columns([]) == {}
+
+
+STAGED = """experiment: automata_direction
+grid:
+  curriculum.name: [left, right]
+seeds: [0, 1]
+report:
+  metrics: [id_accuracy, lowest_id_accuracy]
+  figures:
+    - {x: curriculum.name, y: id_accuracy}
+    - {x: removed, y: id_accuracy, group: curriculum.name, per_stage: true}
+    - {x: removed, y: id_accuracy, per_stage: true, only: {curriculum.name: right}}
+    - {x: removed, y: id_accuracy, per_stage: true, only: {curriculum.name: inductive}}
+"""
+
+
+def test_per_stage_figures_read_every_run_and_filter(tmp_path):
+    spec = read_spec(write(tmp_path, STAGED))
+    (tmp_path / "sweep.yaml").write_text(STAGED)
+    tasks = expand(spec)
+    for t in tasks:  # hand-made runs: left holds on, right falls
+        drop = 0.0 if t["point"]["curriculum.name"] == "left" else 0.3
+        stages = [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0 - drop * i) for i in range(3)]
+        (tmp_path / "runs" / t["id"]).mkdir(parents=True)
+        (tmp_path / "runs" / t["id"] / "summary.json").write_text(
+            json.dumps(dict(id_accuracy=stages[-1]["id_accuracy"], per_stage=stages)))
+    table = collect(tmp_path, spec, tasks)
+    assert sorted(table["lowest_id_accuracy"].round(6)) == [0.4, 0.4, 1.0, 1.0]
+    stages = stage_table(tmp_path, table, ["curriculum.name"])
+    assert len(stages) == 4 * 3 and set(stages.columns) >= {"curriculum.name", "seed", "removed", "id_accuracy"}
+    assert stages[stages["curriculum.name"] == "right"].groupby("removed")["id_accuracy"].mean().round(6).tolist() \
+        == [1.0, 0.7, 0.4]
+    report = write_report(tmp_path).read_text()
+    figures = {p.name for p in (tmp_path / "figures").iterdir()}
+    assert figures == {"id_accuracy_vs_curriculum_name.png", "id_accuracy_vs_removed_by_curriculum_name.png",
+                       "id_accuracy_vs_removed_right.png"}
+    assert "no run has {'curriculum.name': 'inductive'}" in report

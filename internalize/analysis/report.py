@@ -1,6 +1,7 @@
 """`internalize report DIR`: a sweep's tables (mean and spread over seeds) and its figures."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -17,6 +18,17 @@ def load_table(root: Path):
         if (root / name).exists():
             return read(root / name)
     raise ConfigError(f"{root} holds no sweep results (results.parquet); run `internalize sweep` first")
+
+
+def stage_table(root: Path, done, keys: list[str]):
+    """One row per stage of every finished run: its per-stage record and the run's grid point."""
+    import pandas as pd
+
+    rows = []
+    for run in done.to_dict("records"):
+        summary = json.loads((root / "runs" / run["run_id"] / "summary.json").read_text())
+        rows += [{**{k: run[k] for k in [*keys, "seed"]}, **record} for record in summary.get("per_stage", [])]
+    return pd.DataFrame(rows)
 
 
 def spread(values) -> str:
@@ -45,6 +57,7 @@ def power_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     """One figure: mean and spread of y against x (one line per group); returns fit lines for the report."""
     import matplotlib
+    import pandas as pd
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -52,6 +65,11 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
 
     fits = []
     fig, ax = plt.subplots(figsize=(6, 4))
+    table = table.copy()
+    categories = None  # names on the x axis (a curriculum, say) instead of numbers: points, no lines
+    if not pd.api.types.is_numeric_dtype(table[spec.x]):
+        categories = sorted(table[spec.x].astype(str).unique())
+        table[spec.x] = table[spec.x].astype(str).map({c: i for i, c in enumerate(categories)})
     groups = [(None, table)] if spec.group is None else list(table.groupby(spec.group, sort=True))
     for i, (name, part) in enumerate(groups):
         part = part[np.isfinite(part[spec.y].astype(float))]
@@ -63,8 +81,8 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
         label = "" if name is None else f"{spec.group} = {name}"
         ax.scatter(part[spec.x], part[spec.y], s=12, alpha=0.35, color=color)
         stats = part.groupby(spec.x)[spec.y].agg(["mean", "std"]).reset_index()
-        ax.errorbar(stats[spec.x], stats["mean"], yerr=stats["std"].fillna(0), color=color, marker="o", lw=1.5,
-                    capsize=3, label=label or None)
+        ax.errorbar(stats[spec.x], stats["mean"], yerr=stats["std"].fillna(0), color=color, marker="o",
+                    lw=0 if categories else 1.5, elinewidth=1.5, capsize=3, label=label or None)
         if spec.fit == "power" and part[spec.x].nunique() > 1:
             x, y = part[spec.x].to_numpy(float), part[spec.y].to_numpy(float)
             b, se, a = power_fit(x, y)
@@ -76,8 +94,12 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     ax.set_xscale("log" if spec.logx else "linear")
     ax.set_yscale("log" if spec.logy else "linear")
     plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}")
-    ax.set_xticks(sorted(table[spec.x].unique()))
-    ax.xaxis.set_major_formatter(plain)
+    if categories:
+        ax.set_xticks(range(len(categories)), categories)
+        ax.set_xlim(-0.5, len(categories) - 0.5)
+    else:
+        ax.set_xticks(sorted(table[spec.x].unique()))
+        ax.xaxis.set_major_formatter(plain)
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_formatter(plain if spec.logy else NullFormatter())
@@ -123,12 +145,19 @@ def write_report(root: Path) -> Path:
         (root / "figures").mkdir(exist_ok=True)
         lines += ["", "## Figures", ""]
         for fig in spec.report.figures:
-            missing = [c for c in (fig.x, fig.y, fig.group) if c and c not in done.columns]
+            data = stage_table(root, done, keys) if fig.per_stage else done
+            for key, value in fig.only.items():
+                data = data[data[key] == value] if key in data.columns else data.iloc[:0]
+            missing = [c for c in (fig.x, fig.y, fig.group) if c and c not in data.columns]
             if missing:
                 lines.append(f"(no figure of {fig.y} against {fig.x}: no column {', '.join(missing)})")
                 continue
             name = f"{fig.y}_vs_{fig.x}".replace(".", "_") + (f"_by_{fig.group}".replace(".", "_") if fig.group else "")
-            fits = figure(done, fig, root / "figures" / f"{name}.png")
+            name += "".join(f"_{v}" for v in fig.only.values())
+            if data.empty:
+                lines.append(f"(no figure of {fig.y} against {fig.x}: no run has {fig.only})")
+                continue
+            fits = figure(data, fig, root / "figures" / f"{name}.png")
             lines += [f"![{fig.y} against {fig.x}](figures/{name}.png)", ""]
             lines += [f"- {line}" for line in fits]
             lines.append("")
