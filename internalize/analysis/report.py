@@ -54,6 +54,20 @@ def power_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return float(b), se, float(a)
 
 
+def tick_labels(values: list[float], log: bool, slots: int = 10) -> set[float]:
+    """The x values that get a label: each at least 1/slots of the axis from the last one labelled."""
+    position = np.log if log else (lambda v: v)
+    values = [v for v in values if not log or v > 0]
+    if len(values) < 2:
+        return set(values)
+    gap = (position(values[-1]) - position(values[0])) / slots
+    kept = [values[0]]
+    for v in values[1:]:
+        if position(v) - position(kept[-1]) >= gap:
+            kept.append(v)
+    return set(kept)
+
+
 def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     """One figure: mean and spread of y against x (one line per group); returns fit lines for the report."""
     import matplotlib
@@ -94,12 +108,15 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     ax.set_xscale("log" if spec.logx else "linear")
     ax.set_yscale("log" if spec.logy else "linear")
     plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}")
+    labelled = tick_labels(sorted(table[spec.x].unique()), spec.logx)
     if categories:
         ax.set_xticks(range(len(categories)), categories)
         ax.set_xlim(-0.5, len(categories) - 0.5)
     else:
         ax.set_xticks(sorted(table[spec.x].unique()))
-        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: plain(v) if v in labelled else ""))
+    if table[spec.y].between(0, 1).all() and not spec.logy:  # a rate or an accuracy: its whole range
+        ax.set_ylim(-0.03, 1.03)
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(plain)
     ax.yaxis.set_minor_formatter(plain if spec.logy else NullFormatter())
@@ -143,6 +160,8 @@ def write_report(root: Path) -> Path:
         lines += [f"| {r.run_id} | {str(r.error).replace('|', '/')} |" for r in failed.itertuples()]
     if spec.report.figures and len(done):
         (root / "figures").mkdir(exist_ok=True)
+        for old in (root / "figures").glob("*.png"):  # every figure here is the report's: none goes stale
+            old.unlink()
         lines += ["", "## Figures", ""]
         for fig in spec.report.figures:
             data = stage_table(root, done, keys) if fig.per_stage else done
