@@ -40,7 +40,7 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
         for p in prefixes:
             assert {f"{p}id_accuracy", f"{p}ood_accuracy"} <= set(summary)
             assert {f"{p}id_accuracy.png", f"{p}accuracy_vs_removed.png"} <= figures
-        assert "per_position_accuracy" in summary
+        assert "per_position_accuracy" in summary and "attention.png" in figures
 
 
 def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):

@@ -185,8 +185,34 @@ class AutomataSystem:
         out["parameters"] = sum(p.numel() for p in self.model.parameters())
         return out
 
+    @torch.no_grad()
+    def attention(self, examples: int = 256) -> tuple[dict[int, np.ndarray], list[str]]:
+        """Mean attention pattern of each layer (over heads and ID test examples) in the final format."""
+        actions, states = (x[:examples] for x in self.tests["id"])
+        removed = next(iter(self.formats(self.current).values()))
+        tokens, _ = self.encode(actions, states, np.broadcast_to(removed, (len(actions), self.thinking)))
+        names = {layer: f"blocks.{layer}.attn.hook_pattern" for layer in range(self.config.model.depth)}
+        self.model.eval()
+        _, cache = self.model.run_with_cache(tokens[:, :-1], list(names.values()))
+        patterns = {layer: cache[name].mean(dim=(0, 1)).cpu().numpy() for layer, name in names.items()}
+        T = self.task.length
+        labels = [f"a{i + 1}" for i in range(T)] + ["sep"] * self.sep + ["hint"] * self.curriculum.hint
+        if self.config.model.keep_positions:
+            labels += ["·" if gone else f"q{j + 1}" for j, gone in enumerate(removed)]
+        else:
+            labels += [f"q{j + 1}" for j in np.flatnonzero(~removed)]
+        return patterns, (labels + ["ans"])[:tokens.shape[1] - 1]
+
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
-        """Answer accuracy, in and out of distribution, against how many CoT tokens are hidden."""
+        """Answer accuracy, in and out of distribution, against how many CoT tokens are hidden; and
+        where each layer looks in the final format (at most four layers: first, last, two between)."""
+        patterns, labels = self.attention()
+        depth = len(patterns)
+        shown = sorted({round(i * (depth - 1) / 3) for i in range(4)}) if depth > 4 else range(depth)
+        removed = int(next(iter(self.formats(self.current).values())).sum())
+        plots.attention_patterns({layer: patterns[layer] for layer in shown}, labels, folder / "attention.png",
+                                 title=f"{self.automaton.name}, {self.curriculum.name}, {removed} CoT tokens "
+                                       "removed: mean attention over heads and test examples")
         for prefix in self.formats(self.current):
             keys = [k for k in per_stage[0] if k.startswith(prefix) and k.endswith("_accuracy")
                     and k not in (f"{prefix}ood_accuracy",)]
