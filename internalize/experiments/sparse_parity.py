@@ -6,9 +6,15 @@ Sequences are d bits, then the chain tokens still shown, then the answer (specs/
     after r left removals     b_1 .. b_d  c_{r+1} .. c_{k-1}  y        (deleted, later tokens shift left)
     e2e / direct  b_1 .. b_d  y
 
-Every output is teacher forced and scored by squared error. The training algorithm lives in
-config (train.mode = theory): each stage takes one normalised step (train.RowStep) at a nudged
-point of the current integer weights, then the weights are clamped at 0 and rounded.
+Every output is teacher forced and scored by squared error. The training algorithm (the spec's;
+train.mode = theory sets it up):
+- start: slot j > 1 has score 1 on the chain token before it, everything else 0 (chain_start);
+- each stage takes one step: the loss on one fresh batch of N samples is taken at the nudged
+  point A + (model.nudge / d) * U(0, 1) (the nudge is drawn in `sample`, from the training
+  generator), and each row of A moves by row_step * (-grad) / max|grad of that row| (train.RowStep;
+  the spec's s / max(s) whenever the largest move is upward, as it is when the step finds its bit);
+- then every score is clamped at 0 and rounded to the nearest integer (after_step).
+The end-to-end route takes k such steps from the same start with y as the only target.
 """
 from __future__ import annotations
 
