@@ -139,7 +139,8 @@ def attention_patterns(patterns: dict[int, np.ndarray], labels: list[str], path:
     """Mean attention (over heads and examples) of some layers: a panel per layer, queries down, keys across."""
     layers = sorted(patterns)
     size = len(labels)
-    fig, axes = plt.subplots(1, len(layers), figsize=(0.9 + 0.2 * size * len(layers), 1.4 + 0.2 * size), squeeze=False)
+    fig, axes = plt.subplots(1, len(layers), figsize=(0.9 + 0.2 * size * len(layers), 0.9 + 0.2 * size), squeeze=False,
+                             layout="constrained")
     for ax, layer in zip(axes[0], layers):
         shown = np.where(np.tril(np.ones((size, size), dtype=bool)), patterns[layer], np.nan)
         ax.imshow(shown, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
@@ -149,6 +150,5 @@ def attention_patterns(patterns: dict[int, np.ndarray], labels: list[str], path:
         ax.set_xlabel("key", fontsize=8)
     axes[0][0].set_ylabel("query", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
