@@ -56,12 +56,16 @@ def test_rounding_clamps_at_zero_then_rounds_to_nearest_halves_to_even():
     values = torch.tensor([[-0.7, 0.49, 0.51, 2.5]])
     with torch.no_grad():
         model.A.copy_(values)
-    model.round_weights(nonnegative=True)
+    model.project(nonnegative=True)
     assert model.A.tolist() == [[0.0, 0.0, 1.0, 2.0]]
     with torch.no_grad():
         model.A.copy_(values)
-    model.round_weights(nonnegative=False)
+    model.project(nonnegative=False)
     assert model.A.tolist() == [[-1.0, 0.0, 1.0, 2.0]]
+    with torch.no_grad():
+        model.A.copy_(values)
+    model.project(nonnegative=True, integer=False)  # model.quantize=false: clamping alone
+    assert torch.allclose(model.A, torch.tensor([[0.0, 0.49, 0.51, 2.5]]))
 
 
 def test_slots_see_only_earlier_positions():

@@ -86,12 +86,7 @@ class SparseParitySystem:
                      validate=validate)
 
     def after_step(self) -> None:
-        m = self.config.model
-        if m.quantize:
-            self.model.round_weights(m.nonnegative)
-        elif m.nonnegative:
-            with torch.no_grad():
-                self.model.A.clamp_(min=0.0)
+        self.model.project(self.config.model.nonnegative, self.config.model.quantize)
 
     # -- evaluation ------------------------------------------------------------------------------
     @torch.no_grad()

@@ -54,8 +54,9 @@ class LinearAttention(nn.Module):
         return parity_link(tokens @ self.scores(m, nudge).T)
 
     @torch.no_grad()
-    def round_weights(self, nonnegative: bool = True) -> None:
-        """Clamp at 0 (when asked), then round every weight to the nearest integer (halves to even)."""
+    def project(self, nonnegative: bool = True, integer: bool = True) -> None:
+        """Clamp at 0 (when asked), then round every weight to the nearest integer (halves to even; when asked)."""
         if nonnegative:
             self.A.clamp_(min=0.0)
-        self.A.round_()
+        if integer:
+            self.A.round_()
