@@ -108,12 +108,13 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     ax.set_xscale("log" if spec.logx else "linear")
     ax.set_yscale("log" if spec.logy else "linear")
     plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}")
-    labelled = tick_labels(sorted(table[spec.x].unique()), spec.logx)
     if categories:
         ax.set_xticks(range(len(categories)), categories)
         ax.set_xlim(-0.5, len(categories) - 0.5)
     else:
-        ax.set_xticks(sorted(table[spec.x].unique()))
+        xs = sorted(table[spec.x].unique())
+        labelled = tick_labels(xs, spec.logx)
+        ax.set_xticks(xs)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: plain(v) if v in labelled else ""))
     if table[spec.y].between(0, 1).all() and not spec.logy:  # a rate or an accuracy: its whole range
         ax.set_ylim(-0.03, 1.03)
@@ -163,8 +164,9 @@ def write_report(root: Path) -> Path:
         for old in (root / "figures").glob("*.png"):  # every figure here is the report's: none goes stale
             old.unlink()
         lines += ["", "## Figures", ""]
+        stages = stage_table(root, done, keys) if any(f.per_stage for f in spec.report.figures) else None
         for fig in spec.report.figures:
-            data = stage_table(root, done, keys) if fig.per_stage else done
+            data = stages if fig.per_stage else done
             for key, value in fig.only.items():
                 data = data[data[key] == value] if key in data.columns else data.iloc[:0]
             missing = [c for c in (fig.x, fig.y, fig.group) if c and c not in data.columns]
