@@ -132,7 +132,7 @@ class AutomataSystem:
     def answer_accuracy(self, actions: torch.Tensor, states: torch.Tensor, removed: np.ndarray) -> float:
         """Greedy decoding from the prompt (CoT, if any, then <ans> and the answer); answer accuracy."""
         B = len(actions)
-        tokens, _ = self.encode(actions, states, np.broadcast_to(removed, (B, self.thinking)))
+        tokens, _ = self.encode_alike(actions, states, removed)
         if self.curriculum.answer_only:  # <ans> is given, not learned: one token to write
             answer = self.model.generate(tokens[:, :-1], 1)[:, 0]
             return float((answer == states[:, -1].to(self.device) + self.state0).float().mean())
@@ -144,6 +144,14 @@ class AutomataSystem:
         answer = generated.gather(1, (first + 1).clamp(min=0)[:, None]).squeeze(1)
         correct = (first >= 0) & (answer == states[:, -1].to(self.device) + self.state0)
         return float(correct.float().mean())
+
+    def encode_alike(self, actions: torch.Tensor, states: torch.Tensor, removed: np.ndarray):
+        """`encode` with one (T-1,) mask of removed tokens for every example."""
+        return self.encode(actions, states, np.broadcast_to(removed, (len(actions), self.thinking)))
+
+    def final_format(self) -> np.ndarray:
+        """The removed tokens of the current stage's (first) test format: what figures and probes read."""
+        return next(iter(self.formats(self.current).values()))
 
     def formats(self, index: int) -> dict[str, np.ndarray]:
         """The test formats of a stage: its own; for the mixture, direct answering and full CoT."""
@@ -168,8 +176,7 @@ class AutomataSystem:
     def per_position_accuracy(self) -> list[float]:
         """Teacher-forced accuracy of each target token of the final stage's format, ID test set."""
         actions, states = self.tests["id"]
-        removed = next(iter(self.formats(self.current).values()))
-        tokens, target = self.encode(actions, states, np.broadcast_to(removed, (len(actions), self.thinking)))
+        tokens, target = self.encode_alike(actions, states, self.final_format())
         logits, _ = self.model(tokens[:, :-1])
         right = (logits.argmax(-1) == tokens[:, 1:]) & target[:, 1:]
         columns = target[:, 1:].any(dim=0)
@@ -189,8 +196,8 @@ class AutomataSystem:
     def attention(self, examples: int = 256) -> tuple[dict[int, np.ndarray], list[str]]:
         """Mean attention pattern of each layer (over heads and ID test examples) in the final format."""
         actions, states = (x[:examples] for x in self.tests["id"])
-        removed = next(iter(self.formats(self.current).values()))
-        tokens, _ = self.encode(actions, states, np.broadcast_to(removed, (len(actions), self.thinking)))
+        removed = self.final_format()
+        tokens, _ = self.encode_alike(actions, states, removed)
         names = {layer: f"blocks.{layer}.attn.hook_pattern" for layer in range(self.config.model.depth)}
         self.model.eval()
         _, cache = self.model.run_with_cache(tokens[:, :-1], list(names.values()))
@@ -209,7 +216,7 @@ class AutomataSystem:
         patterns, labels = self.attention()
         depth = len(patterns)
         shown = sorted({round(i * (depth - 1) / 3) for i in range(4)}) if depth > 4 else range(depth)
-        removed = int(next(iter(self.formats(self.current).values())).sum())
+        removed = int(self.final_format().sum())
         plots.attention_patterns({layer: patterns[layer] for layer in shown}, labels, folder / "attention.png",
                                  title=f"{self.automaton.name}, {self.curriculum.name}, {removed} CoT tokens "
                                        "removed: mean attention over heads and test examples")
