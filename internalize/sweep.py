@@ -14,6 +14,7 @@ A sweep file:
     seeds: [0, 1, 2, 3]
     report:                           # optional: what `internalize report` shows
       metrics: [zero_filled_accuracy, samples_to_full_accuracy]
+      relearn_loss: 0.1               # optional: the loss steps_to_relearn waits for (curricula with stages)
       figures:
         - {x: task.k, y: samples_to_full_accuracy, logx: true, logy: true, fit: power}
 
@@ -38,6 +39,7 @@ from pydantic import ValidationError
 
 from internalize import config as configs
 from internalize.config import ConfigError, Strict
+from internalize.runs import read_metrics
 
 TIMING_COLUMNS = ("train_seconds", "wall_seconds", "seconds_to_full_accuracy", "run_seconds")
 
@@ -56,6 +58,7 @@ class FigureSpec(Strict):
 
 class ReportSpec(Strict):
     metrics: list[str] = ["zero_filled_accuracy", "samples_to_full_accuracy", "train_seconds"]
+    relearn_loss: float = 0.1  # steps_to_relearn counts a stage's steps until validation loss is back under this
     figures: list[FigureSpec] = []
 
 
@@ -248,6 +251,31 @@ def stage_columns(stages: list[dict]) -> dict:
     return out
 
 
+def relearn_columns(records: list[dict], threshold: float) -> dict:
+    """How long the removal stages took to recover, from a run's metrics.jsonl records.
+
+    For every finished stage after the first: the steps from its start until its validation loss is
+    first at or under `threshold` (at the evaluation resolution). steps_to_relearn sums them; a stage
+    that never gets there counts all its steps and is counted in stages_not_relearned.
+    """
+    ends = [r for r in records if r.get("event") == "stage_end"]
+    if len(ends) < 2:
+        return {}
+    start, starts = 0, {}
+    for end in ends:
+        starts[end["stage"]] = (start, end["steps"])
+        start += end["steps"]
+    total, missed = 0, 0
+    for stage, (first, length) in starts.items():
+        if stage == ends[0]["stage"]:
+            continue
+        losses = [r for r in records if r.get("stage") == stage and "step" in r and r.get("val_loss") is not None]
+        hit = next((r["step"] - first for r in losses if r["val_loss"] <= threshold), None)
+        total += length if hit is None else hit
+        missed += hit is None
+    return {"steps_to_relearn": total, "stages_not_relearned": missed}
+
+
 def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
     """results.parquet and results.csv: one row per run, its config keys and summary figures."""
     import pandas as pd
@@ -269,6 +297,8 @@ def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
                     continue
                 row[key] = json.dumps(value) if isinstance(value, list) else value
             row.update(stage_columns(summary.get("per_stage") or []))
+            if (path / "metrics.jsonl").exists():
+                row.update(relearn_columns(read_metrics(path), spec.report.relearn_loss))
         elif (path / "error.txt").exists():
             row["status"] = "failed"
             lines = (path / "error.txt").read_text().strip().splitlines()

@@ -11,7 +11,7 @@ import pytest
 
 from internalize.analysis.report import power_fit, spread, stage_table, write_report
 from internalize.config import ConfigError
-from internalize.sweep import TIMING_COLUMNS, collect, expand, read_spec, stage_columns
+from internalize.sweep import TIMING_COLUMNS, collect, expand, read_spec, relearn_columns, stage_columns
 
 SMALL = """experiment: logicot
 scale: smoke
@@ -148,6 +148,20 @@ def test_stage_columns_take_the_last_loss_and_the_lowest_accuracy():
     stages[1]["id_accuracy"] = None  # not reported in every stage: no column
     assert stage_columns(stages) == {"final_val_loss": 0.1}
     assert stage_columns([]) == {}
+
+
+def test_relearn_columns_count_steps_from_each_stage_start_until_the_loss_recovers():
+    def logged(stage, steps, losses):
+        return [{"step": s, "stage": stage, "val_loss": v} for s, v in zip(steps, losses)]
+
+    records = (logged(1, [0, 50, 100], [3.0, 0.5, 0.01]) + [{"event": "stage_end", "stage": 1, "steps": 100}]
+               + logged(2, [125, 150, 175, 200], [0.9, 0.08, 0.2, 0.05]) + [{"event": "stage_end", "stage": 2, "steps": 100}]
+               + logged(3, [225, 250, 275, 300], [0.9, 0.5, 0.3, 0.2]) + [{"event": "stage_end", "stage": 3, "steps": 100}]
+               + logged(4, [325], [0.01]))  # unfinished: not counted
+    # stage 2 recovers 50 steps in (at 150); stage 3 never does and counts its 100 steps; stage 1 is not a removal
+    assert relearn_columns(records, 0.1) == {"steps_to_relearn": 150, "stages_not_relearned": 1}
+    assert relearn_columns(records, 0.95) == {"steps_to_relearn": 50, "stages_not_relearned": 0}
+    assert relearn_columns(records[:4], 0.1) == {}  # the first stage alone: nothing removed yet
 
 
 STAGED = """experiment: automata_direction
