@@ -32,6 +32,10 @@ class ParityTreeTask(Strict):
         check_sizes(self.n, self.k)
         return self
 
+    def theory_budget(self, eps: float) -> tuple[int, Optional[int]]:
+        """Theory mode's samples per stage (Theorem 1: n^(2+eps)) and e2e steps (None: the default)."""
+        return round(self.n ** (2 + eps)), None
+
 
 class AutomatonTask(Strict):
     name: Literal["automaton"] = "automaton"
@@ -63,6 +67,11 @@ class SparseParityTask(Strict):
     def _sizes(self):
         check_support(self.d, self.k)
         return self
+
+    def theory_budget(self, eps: float) -> tuple[int, Optional[int]]:
+        """20,000 samples a stage (the spec's reference prototype); e2e gets the internalization
+        route's budget, one step per support bit."""
+        return 20_000, self.k
 
 
 class GPTModel(Strict):
@@ -180,12 +189,12 @@ class Config(Strict):
         """The Theorem-1 regime: one normalised step per stage on n^(2+eps) samples, then rounding."""
         if self.train.mode == "theory":
             t = self.train
-            if self.task.name == "sparse_parity":
-                samples = t.theory.samples or 20_000
-                if self.curriculum.name == "e2e" and t.first_stage_steps is None:
-                    t.first_stage_steps = self.task.k  # the internalization route's budget: one step a stage
-            else:
-                samples = t.theory.samples or round(self.task.n ** (2 + t.theory.eps))
+            if not hasattr(self.task, "theory_budget"):
+                raise ValueError(f"train.mode=theory needs the parity_tree or sparse_parity task, not {self.task.name}")
+            samples, e2e_steps = self.task.theory_budget(t.theory.eps)
+            samples = t.theory.samples or samples
+            if self.curriculum.name == "e2e" and t.first_stage_steps is None:
+                t.first_stage_steps = e2e_steps
             t.optimizer, t.advance, t.steps_per_stage, t.batch_size = "row_step", "steps", 1, samples
             if self.model.name in ("logicot", "linear_attention"):
                 self.model.quantize = True

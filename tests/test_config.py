@@ -22,6 +22,8 @@ def test_theory_mode_resolves_to_one_rounded_step_per_stage():
     assert cfg.train.advance == "steps" and cfg.model.quantize
     assert cfg.train.batch_size == round(30 ** 2.9)
     assert load("logicot_theory", ["train.theory.samples=500"]).train.batch_size == 500
+    with pytest.raises(ConfigError, match="train.mode=theory needs the parity_tree or sparse_parity task"):
+        load("automata_regimes", ["train.mode=theory"])
 
 
 def test_a_config_file_path_works_and_a_bad_one_is_refused(tmp_path):
