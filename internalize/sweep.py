@@ -32,7 +32,7 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
 from pydantic import ValidationError
@@ -49,11 +49,15 @@ class FigureSpec(Strict):
     y: str  # a summary figure (with per_stage: a per-stage figure, e.g. ood_accuracy)
     per_stage: bool = False  # one point per stage of every run instead of one per run
     only: dict[str, Any] = {}  # keep the runs whose grid keys have these values, e.g. {task.automaton: cyclic}
-    group: Optional[str] = None  # another grid key: one line per value
+    group: Union[str, list[str], None] = None  # another grid key (or several): one line per value
     logx: bool = False
     logy: bool = False
     fit: Literal["none", "power"] = "none"  # power: a straight line in log-log, its slope reported
     title: str = ""
+
+    @property
+    def group_keys(self) -> list[str]:
+        return [self.group] if isinstance(self.group, str) else list(self.group or [])
 
 
 class ReportSpec(Strict):

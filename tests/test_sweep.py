@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from internalize.analysis.report import power_fit, spread, stage_table, write_report
+from internalize.analysis.report import group_label, power_fit, spread, stage_table, write_report
 from internalize.config import ConfigError
 from internalize.sweep import TIMING_COLUMNS, collect, expand, read_spec, relearn_columns, stage_columns
 
@@ -199,3 +199,24 @@ def test_per_stage_figures_read_every_run_and_filter(tmp_path):
     assert figures == {"id_accuracy_vs_curriculum_name.png", "id_accuracy_vs_removed_by_curriculum_name.png",
                        "id_accuracy_vs_removed_right.png"}
     assert "no run has {'curriculum.name': 'inductive'}" in report
+
+
+def test_a_figure_groups_by_several_keys_and_leaves_out_the_ones_a_case_lacks(tmp_path):
+    text = STAGED.replace("grid:\n  curriculum.name: [left, right]", "cases:\n  - {curriculum.name: left}\n"
+                          "  - {curriculum.name: right}\n  - {curriculum.name: right, train.steps_per_stage: 7}")
+    text = text.replace("group: curriculum.name,", "group: [curriculum.name, train.steps_per_stage],")
+    spec = read_spec(write(tmp_path, text))
+    (tmp_path / "sweep.yaml").write_text(text)
+    tasks = expand(spec)
+    for t in tasks:
+        stages = [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0) for i in range(3)]
+        (tmp_path / "runs" / t["id"]).mkdir(parents=True)
+        (tmp_path / "runs" / t["id"] / "summary.json").write_text(json.dumps(dict(id_accuracy=1.0, per_stage=stages)))
+    collect(tmp_path, spec, tasks)
+    write_report(tmp_path)
+    assert (tmp_path / "figures" / "id_accuracy_vs_removed_by_curriculum_name_and_train_steps_per_stage.png").exists()
+    keys = spec.report.figures[1].group_keys
+    assert keys == ["curriculum.name", "train.steps_per_stage"]
+    assert group_label(keys, ("right", 7.0)) == "curriculum.name = right, train.steps_per_stage = 7"
+    assert group_label(keys, ("right", float("nan"))) == "curriculum.name = right"
+    assert group_label(["curriculum.name"], "left") == "curriculum.name = left"

@@ -68,6 +68,15 @@ def tick_labels(values: list[float], log: bool, slots: int = 10) -> set[float]:
     return set(kept)
 
 
+def group_label(keys: list[str], values) -> str:
+    """A line's legend entry, "key = value, ..."; a key the group's runs do not set (nan) is left out."""
+    import pandas as pd
+
+    values = values if isinstance(values, tuple) else (values,)
+    shown = (int(v) if isinstance(v, float) and v.is_integer() else v for v in values)  # a column with nan is float
+    return ", ".join(f"{k} = {v}" for k, v, raw in zip(keys, shown, values) if not pd.isna(raw))
+
+
 def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     """One figure: mean and spread of y against x (one line per group); returns fit lines for the report."""
     import matplotlib
@@ -84,7 +93,8 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     if not pd.api.types.is_numeric_dtype(table[spec.x]):
         categories = sorted(table[spec.x].astype(str).unique())
         table[spec.x] = table[spec.x].astype(str).map({c: i for i, c in enumerate(categories)})
-    groups = [(None, table)] if spec.group is None else list(table.groupby(spec.group, sort=True))
+    keys = spec.group_keys
+    groups = list(table.groupby(keys, sort=True, dropna=False)) if keys else [((), table)]
     for i, (name, part) in enumerate(groups):
         part = part[np.isfinite(part[spec.y].astype(float))]
         if spec.logy:
@@ -92,7 +102,7 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
         if part.empty:
             continue
         color = f"C{i}"
-        label = "" if name is None else f"{spec.group} = {name}"
+        label = group_label(keys, name)
         ax.scatter(part[spec.x], part[spec.y], s=12, alpha=0.35, color=color)
         stats = part.groupby(spec.x)[spec.y].agg(["mean", "std"]).reset_index()
         ax.errorbar(stats[spec.x], stats["mean"], yerr=stats["std"].fillna(0), color=color, marker="o",
@@ -169,11 +179,13 @@ def write_report(root: Path) -> Path:
             data = stages if fig.per_stage else done
             for key, value in fig.only.items():
                 data = data[data[key] == value] if key in data.columns else data.iloc[:0]
-            missing = [c for c in (fig.x, fig.y, fig.group) if c and c not in data.columns]
+            missing = [c for c in (fig.x, fig.y, *fig.group_keys) if c not in data.columns]
             if missing:
                 lines.append(f"(no figure of {fig.y} against {fig.x}: no column {', '.join(missing)})")
                 continue
-            name = f"{fig.y}_vs_{fig.x}".replace(".", "_") + (f"_by_{fig.group}".replace(".", "_") if fig.group else "")
+            name = f"{fig.y}_vs_{fig.x}" + "".join(f"_by_{k}" for k in fig.group_keys[:1]) + "".join(
+                f"_and_{k}" for k in fig.group_keys[1:])
+            name = name.replace(".", "_")
             name += "".join(f"_{v}" for v in fig.only.values())
             if data.empty:
                 lines.append(f"(no figure of {fig.y} against {fig.x}: no run has {fig.only})")
