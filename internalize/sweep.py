@@ -157,8 +157,22 @@ def run_one(job: dict) -> dict:
                     seconds=time.perf_counter() - started)
 
 
+def watch_parent(parent: int, every: float = 2.0) -> None:
+    """In a pool worker: exit once the sweep process that started it is gone (killed, say), instead of
+    training on unseen; the run continues from its checkpoint when the sweep is run again."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def run_local(jobs: list[dict], workers: int, on_done: Callable[[dict], None]) -> None:
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=watch_parent, initargs=(os.getpid(),)) as pool:
         for future in as_completed([pool.submit(run_one, job) for job in jobs]):
             on_done(future.result())
 

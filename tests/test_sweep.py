@@ -220,3 +220,42 @@ def test_a_figure_groups_by_several_keys_and_leaves_out_the_ones_a_case_lacks(tm
     assert group_label(keys, ("right", 7.0)) == "curriculum.name = right, train.steps_per_stage = 7"
     assert group_label(keys, ("right", float("nan"))) == "curriculum.name = right"
     assert group_label(["curriculum.name"], "left") == "curriculum.name = left"
+
+
+WORKER_SCRIPT = """
+import os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from internalize.sweep import watch_parent
+
+def work(path):
+    open(path, "w").write(str(os.getpid()))
+    time.sleep(60)
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=watch_parent,
+                             initargs=(os.getpid(),)) as pool:
+        pool.submit(work, sys.argv[1]).result()
+"""
+
+
+def test_a_pool_worker_exits_when_its_sweep_process_is_killed(tmp_path):
+    script, pid_file = tmp_path / "sweeper.py", tmp_path / "worker.pid"
+    script.write_text(WORKER_SCRIPT)
+    sweeper = subprocess.Popen([sys.executable, str(script), str(pid_file)])
+    deadline = time.time() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    os.kill(worker, 0)  # alive while its parent is
+    sweeper.kill()
+    sweeper.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError("the worker kept running after its sweep process was killed")
