@@ -213,7 +213,8 @@ def test_a_figure_groups_by_several_keys_and_leaves_out_the_ones_a_case_lacks(tm
         (tmp_path / "runs" / t["id"]).mkdir(parents=True)
         (tmp_path / "runs" / t["id"] / "summary.json").write_text(json.dumps(dict(id_accuracy=1.0, per_stage=stages)))
     collect(tmp_path, spec, tasks)
-    write_report(tmp_path)
+    report = write_report(tmp_path).read_text()
+    assert "| left | - | 2 |" in report and "| right | 7 | 2 |" in report  # as in the sweep file, not 7.0 / nan
     assert (tmp_path / "figures" / "id_accuracy_vs_removed_by_curriculum_name_and_train_steps_per_stage.png").exists()
     keys = spec.report.figures[1].group_keys
     assert keys == ["curriculum.name", "train.steps_per_stage"]

@@ -68,13 +68,18 @@ def tick_labels(values: list[float], log: bool, slots: int = 10) -> set[float]:
     return set(kept)
 
 
-def group_label(keys: list[str], values) -> str:
-    """A line's legend entry, "key = value, ..."; a key the group's runs do not set (nan) is left out."""
-    import pandas as pd
+def show(value) -> str:
+    """A grid value as written in the sweep file: a column that some cases leave unset holds floats
+    and nan, so 562.0 is shown as 562 and nan (not set) as -."""
+    if isinstance(value, float):
+        return "-" if np.isnan(value) else str(int(value)) if value.is_integer() else str(value)
+    return str(value)
 
+
+def group_label(keys: list[str], values) -> str:
+    """A line's legend entry, "key = value, ..."; a key the group's runs do not set is left out."""
     values = values if isinstance(values, tuple) else (values,)
-    shown = (int(v) if isinstance(v, float) and v.is_integer() else v for v in values)  # a column with nan is float
-    return ", ".join(f"{k} = {v}" for k, v, raw in zip(keys, shown, values) if not pd.isna(raw))
+    return ", ".join(f"{k} = {show(v)}" for k, v in zip(keys, values) if show(v) != "-")
 
 
 def figure(table, spec: FigureSpec, path: Path) -> list[str]:
@@ -164,7 +169,7 @@ def write_report(root: Path) -> Path:
     points = done.groupby(keys, sort=True, dropna=False) if keys else [((), done)]
     for point, part in points:
         point = point if isinstance(point, tuple) else (point,)
-        cells = [*map(str, point), str(len(part)), *(spread(list(part[m])) for m in metrics)]
+        cells = [*map(show, point), str(len(part)), *(spread(list(part[m])) for m in metrics)]
         lines.append("| " + " | ".join(cells) + " |")
     if len(failed):
         lines += ["", "## Failed runs", "", "| run | error |", "|---|---|"]
