@@ -260,3 +260,17 @@ def test_a_pool_worker_exits_when_its_sweep_process_is_killed(tmp_path):
         time.sleep(0.2)
     os.kill(worker, signal.SIGKILL)
     raise AssertionError("the worker kept running after its sweep process was killed")
+
+
+def test_a_report_of_a_sweep_still_running_reads_the_runs_finished_so_far(tmp_path):
+    spec = read_spec(write(tmp_path, STAGED))
+    (tmp_path / "sweep.yaml").write_text(STAGED)
+    tasks = expand(spec)
+    for t in tasks[:3]:  # three of four finished; no results table yet (the sweep writes it at its end)
+        stages = [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=0.5)]
+        (tmp_path / "runs" / t["id"]).mkdir(parents=True)
+        (tmp_path / "runs" / t["id"] / "summary.json").write_text(json.dumps(dict(id_accuracy=0.5, per_stage=stages)))
+    (tmp_path / "runs" / tasks[3]["id"]).mkdir()  # started, not finished
+    report = write_report(tmp_path).read_text()
+    assert "3 of 4 runs finished, 0 failed, 1 not run" in report
+    assert "| left | 2 | 0.5 ± 0 |" in report and "| right | 1 | 0.5 ± 0 |" in report

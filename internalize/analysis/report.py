@@ -8,12 +8,19 @@ from pathlib import Path
 import numpy as np
 
 from internalize.config import ConfigError
-from internalize.sweep import FigureSpec, point_keys, read_spec
+from internalize.sweep import FigureSpec, SweepSpec, collect, expand, point_keys, read_spec
 
 
-def load_table(root: Path):
+def load_table(root: Path, spec: SweepSpec):
+    """The results table as the run directories stand now (so a sweep still running, or stopped, gets
+    a report of its finished runs); the stored table when the runs cannot be listed from the spec."""
     import pandas as pd
 
+    if (root / "runs").is_dir():
+        try:
+            return collect(root, spec, expand(spec))
+        except ConfigError:  # the experiment's config changed since: keep what the sweep wrote
+            pass
     for name, read in (("results.parquet", pd.read_parquet), ("results.csv", pd.read_csv)):
         if (root / name).exists():
             return read(root / name)
@@ -153,7 +160,7 @@ def write_report(root: Path) -> Path:
     if not (root / "sweep.yaml").exists():
         raise ConfigError(f"{root} is not a sweep directory (no sweep.yaml)")
     spec = read_spec(root / "sweep.yaml")
-    table = load_table(root)
+    table = load_table(root, spec)
     keys = point_keys(spec)
     done = table[table["status"] == "done"]
     failed = table[table["status"] == "failed"]
