@@ -217,7 +217,8 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     runs = root / "runs"
     try:
         runs.mkdir(parents=True, exist_ok=True)
-        (root / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+        # python mode, not json: a grid value of .inf must read back as inf (json mode writes null)
+        (root / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
     except OSError as err:
         raise ConfigError(f"cannot write sweep directory {root}: {err.strerror or err}") from None
     todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists()]

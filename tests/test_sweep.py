@@ -154,9 +154,12 @@ def test_relearn_columns_count_steps_from_each_stage_start_until_the_loss_recove
     def logged(stage, steps, losses):
         return [{"step": s, "stage": stage, "val_loss": v} for s, v in zip(steps, losses)]
 
-    records = (logged(1, [0, 50, 100], [3.0, 0.5, 0.01]) + [{"event": "stage_end", "stage": 1, "steps": 100}]
-               + logged(2, [125, 150, 175, 200], [0.9, 0.08, 0.2, 0.05]) + [{"event": "stage_end", "stage": 2, "steps": 100}]
-               + logged(3, [225, 250, 275, 300], [0.9, 0.5, 0.3, 0.2]) + [{"event": "stage_end", "stage": 3, "steps": 100}]
+    def end(stage):
+        return [{"event": "stage_end", "stage": stage, "steps": 100}]
+
+    records = (logged(1, [0, 50, 100], [3.0, 0.5, 0.01]) + end(1)
+               + logged(2, [125, 150, 175, 200], [0.9, 0.08, 0.2, 0.05]) + end(2)
+               + logged(3, [225, 250, 275, 300], [0.9, 0.5, 0.3, 0.2]) + end(3)
                + logged(4, [325], [0.01]))  # unfinished: not counted
     # stage 2 recovers 50 steps in (at 150); stage 3 never does and counts its 100 steps; stage 1 is not a removal
     assert relearn_columns(records, 0.1) == {"steps_to_relearn": 150, "stages_not_relearned": 1}
