@@ -94,7 +94,7 @@ def sweep(
         fail("--workers and --threads must be at least 1")
     try:
         result = run_sweep(file, executor, address, workers, out, show=not quiet, threads=threads)
-        path = write_report(result["root"])
+        path = write_report(result["root"], result["table"])
     except ConfigError as err:
         fail(str(err))
     console.print(f"{result['total']} runs: {result['ran']} run now, {result['skipped']} already finished, "

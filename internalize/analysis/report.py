@@ -155,12 +155,13 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     return fits
 
 
-def write_report(root: Path) -> Path:
+def write_report(root: Path, table=None) -> Path:
+    """DIR/report.md from `table` (a sweep's fresh results) or, without one, the run directories."""
     root = Path(root)
     if not (root / "sweep.yaml").exists():
         raise ConfigError(f"{root} is not a sweep directory (no sweep.yaml)")
     spec = read_spec(root / "sweep.yaml")
-    table = load_table(root, spec)
+    table = load_table(root, spec) if table is None else table
     keys = point_keys(spec)
     done = table[table["status"] == "done"]
     failed = table[table["status"] == "failed"]
@@ -195,8 +196,7 @@ def write_report(root: Path) -> Path:
             if missing:
                 lines.append(f"(no figure of {fig.y} against {fig.x}: no column {', '.join(missing)})")
                 continue
-            name = f"{fig.y}_vs_{fig.x}" + "".join(f"_by_{k}" for k in fig.group_keys[:1]) + "".join(
-                f"_and_{k}" for k in fig.group_keys[1:])
+            name = f"{fig.y}_vs_{fig.x}" + ("_by_" + "_and_".join(fig.group_keys) if fig.group_keys else "")
             name = name.replace(".", "_")
             name += "".join(f"_{v}" for v in fig.only.values())
             if data.empty:
