@@ -280,18 +280,16 @@ def relearn_columns(records: list[dict], threshold: float) -> dict:
     ends = [r for r in records if r.get("event") == "stage_end"]
     if len(ends) < 2:
         return {}
-    start, starts = 0, {}
-    for end in ends:
-        starts[end["stage"]] = (start, end["steps"])
-        start += end["steps"]
-    total, missed = 0, 0
-    for stage, (first, length) in starts.items():
-        if stage == ends[0]["stage"]:
-            continue
-        losses = [r for r in records if r.get("stage") == stage and "step" in r and r.get("val_loss") is not None]
-        hit = next((r["step"] - first for r in losses if r["val_loss"] <= threshold), None)
-        total += length if hit is None else hit
+    losses: dict[int, list[dict]] = {}  # stage -> its logged evaluations, in order
+    for r in records:
+        if "step" in r and r.get("val_loss") is not None:
+            losses.setdefault(r["stage"], []).append(r)
+    total, missed, first = 0, 0, ends[0]["steps"]  # first: the global step at which a stage starts
+    for end in ends[1:]:
+        hit = next((r["step"] - first for r in losses.get(end["stage"], []) if r["val_loss"] <= threshold), None)
+        total += end["steps"] if hit is None else hit
         missed += hit is None
+        first += end["steps"]
     return {"steps_to_relearn": total, "stages_not_relearned": missed}
 
 
