@@ -181,16 +181,21 @@ report:
 """
 
 
+def fake_run(root, run_id: str, stages: list[dict]) -> None:
+    """A finished run's directory as a sweep leaves it: a summary whose per-stage records are `stages`."""
+    (root / "runs" / run_id).mkdir(parents=True)
+    (root / "runs" / run_id / "summary.json").write_text(
+        json.dumps(dict(id_accuracy=stages[-1]["id_accuracy"], per_stage=stages)))
+
+
 def test_per_stage_figures_read_every_run_and_filter(tmp_path):
     spec = read_spec(write(tmp_path, STAGED))
     (tmp_path / "sweep.yaml").write_text(STAGED)
     tasks = expand(spec)
     for t in tasks:  # hand-made runs: left holds on, right falls
         drop = 0.0 if t["point"]["curriculum.name"] == "left" else 0.3
-        stages = [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0 - drop * i) for i in range(3)]
-        (tmp_path / "runs" / t["id"]).mkdir(parents=True)
-        (tmp_path / "runs" / t["id"] / "summary.json").write_text(
-            json.dumps(dict(id_accuracy=stages[-1]["id_accuracy"], per_stage=stages)))
+        fake_run(tmp_path, t["id"], [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0 - drop * i)
+                                     for i in range(3)])
     table = collect(tmp_path, spec, tasks)
     assert sorted(table["lowest_id_accuracy"].round(6)) == [0.4, 0.4, 1.0, 1.0]
     stages = stage_table(tmp_path, table, ["curriculum.name"])
@@ -212,9 +217,8 @@ def test_a_figure_groups_by_several_keys_and_leaves_out_the_ones_a_case_lacks(tm
     (tmp_path / "sweep.yaml").write_text(text)
     tasks = expand(spec)
     for t in tasks:
-        stages = [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0) for i in range(3)]
-        (tmp_path / "runs" / t["id"]).mkdir(parents=True)
-        (tmp_path / "runs" / t["id"] / "summary.json").write_text(json.dumps(dict(id_accuracy=1.0, per_stage=stages)))
+        fake_run(tmp_path, t["id"], [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0)
+                                     for i in range(3)])
     collect(tmp_path, spec, tasks)
     report = write_report(tmp_path).read_text()
     assert "| left | - | 2 |" in report and "| right | 7 | 2 |" in report  # as in the sweep file, not 7.0 / nan
@@ -270,9 +274,7 @@ def test_a_report_of_a_sweep_still_running_reads_the_runs_finished_so_far(tmp_pa
     (tmp_path / "sweep.yaml").write_text(STAGED)
     tasks = expand(spec)
     for t in tasks[:3]:  # three of four finished; no results table yet (the sweep writes it at its end)
-        stages = [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=0.5)]
-        (tmp_path / "runs" / t["id"]).mkdir(parents=True)
-        (tmp_path / "runs" / t["id"] / "summary.json").write_text(json.dumps(dict(id_accuracy=0.5, per_stage=stages)))
+        fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=0.5)])
     (tmp_path / "runs" / tasks[3]["id"]).mkdir()  # started, not finished
     report = write_report(tmp_path).read_text()
     assert "3 of 4 runs finished, 0 failed, 1 not run" in report
