@@ -98,11 +98,24 @@ def read_spec(file: Path) -> SweepSpec:
     file = locate(file)
     try:
         raw = yaml.safe_load(file.read_text()) or {}
-        return SweepSpec.model_validate(raw)
+        spec = SweepSpec.model_validate(raw)
     except yaml.YAMLError as err:
         raise ConfigError(f"{file}: not valid YAML ({err.__class__.__name__})") from None
     except ValidationError as err:
         raise ConfigError(f"{file}: {configs._format(err)}") from None
+    return spec
+
+
+def check_figures(spec: SweepSpec) -> None:
+    """Refuse a figure that names a key the sweep does not vary (a typo would otherwise show only as a
+    missing figure at the end of the sweep): its x (unless per stage), group and only keys."""
+    keys = [*point_keys(spec), "seed"]
+    for i, fig in enumerate(spec.report.figures):
+        named = [*([] if fig.per_stage else [fig.x]), *fig.group_keys, *fig.only]
+        for key in named:
+            if key not in keys:
+                raise ConfigError(f"report.figures.{i}: {key!r} is not a key of the sweep's grid or cases "
+                                  f"(they are: {', '.join(keys)})")
 
 
 def run_id(point: dict[str, Any], seed: int) -> str:
@@ -129,6 +142,7 @@ def expand(spec: SweepSpec) -> list[dict]:
             tasks.append(dict(id=run_id(point, seed), point=point, seed=seed, overrides=overrides))
     if len({t["id"] for t in tasks}) != len(tasks):
         raise ConfigError("the sweep repeats a grid point or seed")
+    check_figures(spec)
     return tasks
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from internalize.analysis.report import group_label, power_fit, spread, stage_table, write_report
 from internalize.config import ConfigError
-from internalize.sweep import TIMING_COLUMNS, collect, expand, read_spec, relearn_columns, stage_columns
+from internalize.sweep import TIMING_COLUMNS, available, collect, expand, read_spec, relearn_columns, stage_columns
 
 SMALL = """experiment: logicot
 scale: smoke
@@ -47,6 +47,18 @@ def test_expand_is_grid_times_seeds_and_refuses_a_bad_sweep(tmp_path):
         expand(read_spec(write(tmp_path, SMALL.replace("task.k:", "task.kk:"))))
     with pytest.raises(ConfigError, match="unknown config key 'seedz'"):
         read_spec(write(tmp_path, SMALL + "seedz: [1]\n"))
+    with pytest.raises(ConfigError, match="report.figures.0: 'task.kk' is not a key of the sweep"):
+        expand(read_spec(write(tmp_path, SMALL.replace("{x: task.k,", "{x: task.kk,"))))
+    grouped = SMALL.replace("fit: power}", "group: model.width}")
+    with pytest.raises(ConfigError, match="'model.width' is not a key"):
+        expand(read_spec(write(tmp_path, grouped)))
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_shipped_sweep_reads_and_expands(name):
+    spec = read_spec(name)
+    tasks = expand(spec)  # every run's config validates against its experiment
+    assert len(tasks) == len(spec.seeds) * max(1, len(spec.cases)) * int(np.prod([len(v) for v in spec.grid.values()]))
 
 
 def test_cases_go_together_and_cross_the_grid(tmp_path):
@@ -88,7 +100,8 @@ def test_local_and_ray_sweeps_of_8_runs_give_identical_tables(cli, tmp_path):
 
 
 def test_a_failing_run_is_recorded_and_the_others_finish(cli, tmp_path):
-    file = write(tmp_path, SMALL.replace("task.k: [4, 8]", "train.lr: [0.1, .inf]").replace("[0, 1, 2, 3]", "[0, 1]"))
+    plain = SMALL.split("report:")[0]  # its figure is of task.k, which this sweep does not vary
+    file = write(tmp_path, plain.replace("task.k: [4, 8]", "train.lr: [0.1, .inf]").replace("[0, 1, 2, 3]", "[0, 1]"))
     out = tmp_path / "out"
     result = cli("sweep", file, "--out", out, "--workers", 2, "--quiet")
     assert result.exit_code == 1 and "2 failed" in result.output
@@ -277,5 +290,6 @@ def test_a_report_of_a_sweep_still_running_reads_the_runs_finished_so_far(tmp_pa
         fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=0.5)])
     (tmp_path / "runs" / tasks[3]["id"]).mkdir()  # started, not finished
     report = write_report(tmp_path).read_text()
+    assert report.startswith(f"# Sweep {tmp_path.name} (experiment automata_direction)")
     assert "3 of 4 runs finished, 0 failed, 1 not run" in report
     assert "| left | 2 | 0.5 ± 0 |" in report and "| right | 1 | 0.5 ± 0 |" in report

@@ -165,7 +165,7 @@ def write_report(root: Path, table=None) -> Path:
     keys = point_keys(spec)
     done = table[table["status"] == "done"]
     failed = table[table["status"] == "failed"]
-    lines = [f"# Sweep: {spec.experiment}", "",
+    lines = [f"# Sweep {root.resolve().name} (experiment {spec.experiment})", "",
              f"{len(done)} of {len(table)} runs finished, {len(failed)} failed, "
              f"{len(table) - len(done) - len(failed)} not run. Seeds: {', '.join(map(str, spec.seeds))}."
              + (f" Fixed: {', '.join(f'{k}={v}' for k, v in spec.set.items())}." if spec.set else ""), "",
