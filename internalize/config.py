@@ -129,6 +129,7 @@ class TrainConfig(Strict):
     threshold: float = 3e-4  # advance once the stage's validation loss is below this
     steps_per_stage: int = 150  # used when advance = steps
     first_stage_steps: Optional[int] = None  # the first stage's budget when it differs (full-CoT training)
+    first_stage_advance: Optional[Literal["threshold", "steps"]] = None  # its rule when it differs (None: advance)
     max_steps_per_stage: int = 1000  # the cap under advance = threshold
     eval_every: int = 2
     val_size: int = 2048

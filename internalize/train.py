@@ -154,7 +154,8 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
             if fresh:  # the stage's loss before it trains: the transient spike at each transition
                 state.val = stage.validate()
                 recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples, val_loss=state.val))
-            cap = cfg.steps_per_stage if cfg.advance == "steps" else cfg.max_steps_per_stage
+            rule = (cfg.first_stage_advance or cfg.advance) if index == 0 else cfg.advance
+            cap = cfg.steps_per_stage if rule == "steps" else cfg.max_steps_per_stage
             if index == 0 and cfg.first_stage_steps:
                 cap = cfg.first_stage_steps
             task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap,
@@ -177,7 +178,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                     recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples,
                                       train_loss=float(loss.detach()), val_loss=state.val))
                     bar.update(task, completed=state.stage_step, val=state.val)
-                    advance = advance or (cfg.advance == "threshold" and state.val < cfg.threshold)
+                    advance = advance or (rule == "threshold" and state.val < cfg.threshold)
                 if advance:
                     break
                 if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:

@@ -66,6 +66,15 @@ def test_steps_advance_runs_exactly_the_budget():
     assert [s["steps"] for s in out["per_stage"]] == [7, 7]
 
 
+def test_the_first_stage_can_run_its_budget_while_the_others_stop_at_the_threshold():
+    cfg = TrainConfig(lr=0.1, threshold=1e-3, max_steps_per_stage=500, eval_every=1, first_stage_steps=300)
+    plain = train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)["per_stage"]
+    assert plain[0]["steps"] < 300  # first_stage_steps only caps a threshold stage
+    cfg = cfg.model_copy(update=dict(first_stage_advance="steps"))
+    split = train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)["per_stage"]
+    assert split[0]["steps"] == 300 and split[1]["steps"] == plain[1]["steps"] < 500
+
+
 def test_non_finite_loss_stops_the_run():
     with pytest.raises(NonFiniteLoss, match="stage 1, step 1"):
         train(Quadratic(poison=True), TrainConfig(), torch.Generator(), Memory(), show_progress=False)
