@@ -125,6 +125,7 @@ class TrainConfig(Strict):
     weight_decay: float = 0.0  # adamw only
     batch_size: int = 1024  # decided here: 256 (the spec's reference) stalls at k=32, n>=80
     reset_optimizer: bool = True  # a fresh optimizer each stage
+    warmup_steps: int = 0  # each stage's learning rate rises linearly from lr/warmup_steps to lr (adam, adamw)
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
     threshold: float = 3e-4  # advance once the stage's validation loss is below this
     steps_per_stage: int = 150  # used when advance = steps
@@ -199,8 +200,9 @@ class Config(Strict):
             t.optimizer, t.advance, t.steps_per_stage, t.batch_size = "row_step", "steps", 1, samples
             if self.model.name in ("logicot", "linear_attention"):
                 self.model.quantize = True
-        if self.train.checkpoint_every < 0:
-            raise ValueError("train.checkpoint_every must be 0 or more")
+        for key in ("checkpoint_every", "warmup_steps"):
+            if getattr(self.train, key) < 0:
+                raise ValueError(f"train.{key} must be 0 or more")
         for key in ("batch_size", "steps_per_stage", "max_steps_per_stage", "eval_every", "val_size"):
             if getattr(self.train, key) < 1:
                 raise ValueError(f"train.{key} must be at least 1")

@@ -167,6 +167,8 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                     raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {state.stage_step + 1}")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if cfg.warmup_steps and cfg.optimizer != "row_step":
+                    optimizer.param_groups[0]["lr"] = cfg.lr * min(1.0, (state.stage_step + 1) / cfg.warmup_steps)
                 optimizer.step()
                 system.after_step()
                 state.stage_step += 1

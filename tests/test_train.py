@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from internalize.config import TrainConfig
+from internalize.config import TrainConfig, load
 from internalize.train import NonFiniteLoss, RowStep, Stage, train
 
 
@@ -73,6 +73,21 @@ def test_the_first_stage_can_run_its_budget_while_the_others_stop_at_the_thresho
     cfg = cfg.model_copy(update=dict(first_stage_advance="steps"))
     split = train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)["per_stage"]
     assert split[0]["steps"] == 300 and split[1]["steps"] == plain[1]["steps"] < 500
+
+
+def test_warmup_raises_each_stages_learning_rate_linearly(monkeypatch):
+    rates, original = [], torch.optim.Adam.step
+
+    def step(self, *args, **kwargs):
+        rates.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    cfg = TrainConfig(advance="steps", steps_per_stage=6, lr=0.01, warmup_steps=4, eval_every=100)
+    train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)
+    assert rates == pytest.approx([0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01] * 2)
+    with pytest.raises(ValueError, match="train.warmup_steps must be 0 or more"):
+        load("automata_regimes", ["train.warmup_steps=-1"])
 
 
 def test_non_finite_loss_stops_the_run():
