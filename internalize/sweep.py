@@ -98,12 +98,11 @@ def read_spec(file: Path) -> SweepSpec:
     file = locate(file)
     try:
         raw = yaml.safe_load(file.read_text()) or {}
-        spec = SweepSpec.model_validate(raw)
+        return SweepSpec.model_validate(raw)
     except yaml.YAMLError as err:
         raise ConfigError(f"{file}: not valid YAML ({err.__class__.__name__})") from None
     except ValidationError as err:
         raise ConfigError(f"{file}: {configs._format(err)}") from None
-    return spec
 
 
 def check_figures(spec: SweepSpec) -> None:
