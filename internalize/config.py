@@ -80,6 +80,9 @@ class GPTModel(Strict):
     depth: int = 2
     heads: int = 4
     keep_positions: bool = False  # removed CoT tokens keep their positions as blanks instead of being deleted
+    # with every CoT token removed, the answer follows <sep> directly (no <ans>): the one-pass answer
+    # is then written where each removal stage wrote its first state (decided here: off, the spec's format)
+    bare_answer: bool = False
 
     @model_validator(mode="after")
     def _shape(self):

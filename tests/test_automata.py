@@ -121,6 +121,27 @@ def test_mixture_hint_counts_the_kept_tokens_and_keep_positions_blanks_them():
     assert target[0, 6:].tolist() == [False, False, True, True, True, True]
 
 
+def test_bare_answer_follows_sep_only_when_no_cot_is_left():
+    from internalize.experiments import build
+
+    bare = build(load("automata_regimes", ["task.length=5", "model.bare_answer=true"], scale="smoke"))
+    plain = build(load("automata_regimes", ["task.length=5"], scale="smoke"))
+    for stage in range(4):  # CoT kept: the same sequences as without the switch
+        assert all(torch.equal(x, y) for x, y in zip(encode_one(bare, stage), encode_one(plain, stage)))
+    actions, states, tokens, target = encode_one(bare, 4)
+    assert tokens[0, 5:].tolist() == [1, int(states[0, 4]) + bare.state0]  # <sep> q_5: no <ans>
+    assert target[0].tolist() == [False] * 6 + [True]
+    removed = bare.curriculum.removed(4, bare.thinking)
+
+    def oracle(prompt, steps):  # writes the true answer first, then junk: only the first token may count
+        return torch.stack([states[:, -1] + bare.state0, *[torch.zeros_like(states[:, 0])] * (steps - 1)], dim=1)
+
+    bare.model.generate = oracle
+    assert bare.answer_accuracy(actions, states, removed) == 1.0
+    plain.model.generate = oracle  # the spec's format wants <ans> first: the same output is wrong there
+    assert plain.answer_accuracy(actions, states, removed) == 0.0
+
+
 @pytest.mark.parametrize("curriculum,headline", [("e2e", "id_accuracy"), ("mixture", "direct_id_accuracy"),
                                                  ("inductive", "id_accuracy")])
 def test_every_regime_is_evaluated_in_its_own_format(cli, tmp_path, curriculum, headline):

@@ -40,6 +40,7 @@ class AutomataSystem:
         self.thinking = t.length - 1
         self.num_stages = self.curriculum.num_stages(self.thinking)
         self.sep = not isinstance(self.curriculum, E2E)
+        self.bare_answer = config.model.bare_answer and self.sep  # e2e keeps its <ans>: nothing precedes it
         actions, states = len(self.automaton.actions), len(self.automaton.states)
         self.act0, self.state0, self.hint0 = 3, 3 + actions, 3 + actions + states
         m = config.model
@@ -87,12 +88,16 @@ class AutomataSystem:
         tokens[:, head:head + T - 1] = slots
         target[:, head:head + T - 1] = wanted
         answer = head + count  # (B,) where <ans> goes
-        tokens[rows, answer], tokens[rows, answer + 1] = ANS, states[:, -1] + self.state0
-        target[rows, answer] = target[rows, answer + 1] = True
+        final = states[:, -1] + self.state0
+        bare = (kept.sum(dim=1) == 0) & self.bare_answer  # no CoT kept: the answer takes <ans>'s place
+        tokens[rows, answer] = torch.where(bare, final, torch.full_like(final, ANS))
+        tokens[rows, answer + 1] = torch.where(bare, torch.full_like(final, PAD), final)
+        last = answer + 1 - bare.long()  # (B,) where the answer goes
+        target[rows, answer], target[rows, answer + 1] = True, ~bare
         if self.curriculum.answer_only:
             target[:] = False
-            target[rows, answer + 1] = True
-        length = int(answer.max()) + 2
+            target[rows, last] = True
+        length = int(last.max()) + 1
         return tokens[:, :length].to(self.device), target[:, :length].to(self.device)
 
     def loss_of(self, tokens: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -137,12 +142,14 @@ class AutomataSystem:
             answer = self.model.generate(tokens[:, :-1], 1)[:, 0]
             return float((answer == states[:, -1].to(self.device) + self.state0).float().mean())
         prompt = len(actions[0]) + int(self.sep) + int(self.curriculum.hint)
-        steps = tokens.shape[1] - prompt
-        generated = self.model.generate(tokens[:, :prompt], steps)  # (B, steps)
+        generated = self.model.generate(tokens[:, :prompt], tokens.shape[1] - prompt)  # (B, steps)
+        truth = states[:, -1].to(self.device) + self.state0
+        if self.bare_answer and removed.all():  # the answer is the first token written
+            return float((generated[:, 0] == truth).float().mean())
         is_ans = generated[:, :-1] == ANS  # (B, steps-1)
         first = torch.where(is_ans.any(dim=1), is_ans.float().argmax(dim=1), torch.full((B,), -2))
         answer = generated.gather(1, (first + 1).clamp(min=0)[:, None]).squeeze(1)
-        correct = (first >= 0) & (answer == states[:, -1].to(self.device) + self.state0)
+        correct = (first >= 0) & (answer == truth)
         return float(correct.float().mean())
 
     def encode_alike(self, actions: torch.Tensor, states: torch.Tensor, removed: np.ndarray):
