@@ -4,6 +4,7 @@ Sequences (specs/automata.md, "Formats"); states q_1..q_{T-1} are the chain of t
 
     cot       a_1 .. a_T <sep> [<hint c>] q_1 .. q_{T-1} <ans> q_T
     e2e       a_1 .. a_T <ans> q_T
+    bare      a_1 .. a_T <sep> q_T        (model.bare_answer, once no CoT token is left)
 
 A curriculum hides CoT tokens per stage (deleted by default; blanks with model.keep_positions).
 The loss is on every token after <sep> that the model must write: the kept states, <ans>, q_T.
