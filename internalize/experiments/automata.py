@@ -89,12 +89,11 @@ class AutomataSystem:
         tokens[:, head:head + T - 1] = slots
         target[:, head:head + T - 1] = wanted
         answer = head + count  # (B,) where <ans> goes
-        final = states[:, -1] + self.state0
         bare = (kept.sum(dim=1) == 0) & self.bare_answer  # no CoT kept: the answer takes <ans>'s place
-        tokens[rows, answer] = torch.where(bare, final, torch.full_like(final, ANS))
-        tokens[rows, answer + 1] = torch.where(bare, torch.full_like(final, PAD), final)
-        last = answer + 1 - bare.long()  # (B,) where the answer goes
-        target[rows, answer], target[rows, answer + 1] = True, ~bare
+        last = answer + 1 - bare.long()  # (B,) where q_T goes
+        tokens[rows, answer] = ANS
+        tokens[rows, last] = states[:, -1] + self.state0  # overwrites <ans> where bare
+        target[rows, answer] = target[rows, last] = True
         if self.curriculum.answer_only:
             target[:] = False
             target[rows, last] = True
@@ -139,12 +138,12 @@ class AutomataSystem:
         """Greedy decoding from the prompt (CoT, if any, then <ans> and the answer); answer accuracy."""
         B = len(actions)
         tokens, _ = self.encode_alike(actions, states, removed)
+        truth = states[:, -1].to(self.device) + self.state0
         if self.curriculum.answer_only:  # <ans> is given, not learned: one token to write
             answer = self.model.generate(tokens[:, :-1], 1)[:, 0]
-            return float((answer == states[:, -1].to(self.device) + self.state0).float().mean())
+            return float((answer == truth).float().mean())
         prompt = len(actions[0]) + int(self.sep) + int(self.curriculum.hint)
         generated = self.model.generate(tokens[:, :prompt], tokens.shape[1] - prompt)  # (B, steps)
-        truth = states[:, -1].to(self.device) + self.state0
         if self.bare_answer and removed.all():  # the answer is the first token written
             return float((generated[:, 0] == truth).float().mean())
         is_ans = generated[:, :-1] == ANS  # (B, steps-1)
