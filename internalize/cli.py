@@ -117,6 +117,19 @@ def report_command(directory: Path = typer.Argument(..., help="a sweep directory
         fail(str(err))
 
 
+@app.command()
+def reference(out: Optional[Path] = typer.Option(None, "--out", help="write it here (default: print it)")) -> None:
+    """The config reference (docs/config.md), generated from the typed configs."""
+    from internalize.reference import config_reference
+
+    text = config_reference()
+    if out is None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+    else:
+        out.write_text(text)
+        console.print(f"wrote {out}", highlight=False)
+
+
 STANDARD = ("stage", "steps", "samples_seen", "val_loss", "train_seconds")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -23,8 +24,8 @@ class Strict(BaseModel):
 
 class ParityTreeTask(Strict):
     name: Literal["parity_tree"] = "parity_tree"
-    n: int = 30
-    k: int = 16
+    n: int = 30  # input bits
+    k: int = 16  # bits in the hidden parity, a power of two (L = log2 k layers and stages)
     pairing: Literal["sorted", "random"] = "sorted"  # decided here: sorted leaves, paired in order
 
     @model_validator(mode="after")
@@ -76,9 +77,9 @@ class SparseParityTask(Strict):
 
 class GPTModel(Strict):
     name: Literal["gpt"] = "gpt"
-    width: int = 128
-    depth: int = 2
-    heads: int = 4
+    width: int = 128  # residual stream width
+    depth: int = 2  # transformer blocks
+    heads: int = 4  # attention heads per block (width must be a multiple)
     keep_positions: bool = False  # removed CoT tokens keep their positions as blanks instead of being deleted
     # with every CoT token removed, the answer follows <sep> directly (no <ans>): the one-pass answer
     # is then written where each removal stage wrote its first state (decided here: off, the spec's format)
@@ -93,8 +94,8 @@ class GPTModel(Strict):
 
 class LogICoTModel(Strict):
     name: Literal["logicot"] = "logicot"
-    link: Literal["cos", "quadratic"] = "cos"
-    mask: Literal["lower_levels", "previous_level"] = "lower_levels"
+    link: Literal["cos", "quadratic"] = "cos"  # phi: -cos(pi t), or Kim & Suzuki's quadratic
+    mask: Literal["lower_levels", "previous_level"] = "lower_levels"  # which levels a layer may attend to
     gate: Literal["frontier", "fixed", "none"] = "frontier"  # decided here: frontier
     # where a target is read: just above its padded children (per_node), or all at the frontier
     readout: Literal["per_node", "frontier"] = "per_node"
@@ -109,24 +110,37 @@ class LinearAttentionModel(Strict):
 
 
 class CurriculumConfig(Strict):
-    name: Literal["log_icot", "stepwise", "left", "right", "inductive", "mixture", "full_cot", "e2e"] = "log_icot"
+    # which thinking tokens each stage hides: log_icot one tree level a stage; stepwise one token;
+    # left / right from that end; inductive doubling strides; mixture one stage over every removal
+    # length with a length hint; full_cot nothing; e2e everything from the start (answer-only loss)
+    name: str = "log_icot"
     per_stage: int = 1  # tokens removed per stage (stepwise, left, right)
     smoothing: float = 0.0  # Deng et al.'s removal smoothing lambda (0: off; they use 4)
 
+    @model_validator(mode="after")
+    def _known(self):
+        from internalize.curricula import CURRICULA
+
+        if self.name not in CURRICULA:
+            raise ValueError(f"name {self.name!r} is not a curriculum; choose from {', '.join(CURRICULA)}")
+        return self
+
 
 class TheoryConfig(Strict):
-    samples: Optional[int] = None  # the one batch per stage; None: round(n ** (2 + eps)) for the
-    # parity tree, 20,000 for sparse parity (the spec's reference prototype)
-    eps: float = 0.9
+    # the one batch per stage; None: round(n ** (2 + eps)) for the parity tree, 20,000 for sparse
+    # parity (the spec's reference prototype)
+    samples: Optional[int] = None
+    eps: float = 0.9  # the default sample count is n^(2 + eps)
     row_step: float = 9.0  # each row moves until its largest entry changes by this much
 
 
 class TrainConfig(Strict):
+    # theory: one normalised row_step step per stage on train.theory.samples, then integer weights
     mode: Literal["experiment", "theory"] = "experiment"
-    optimizer: Literal["adam", "adamw", "row_step"] = "adam"
-    lr: float = 0.1
+    optimizer: Literal["adam", "adamw", "row_step"] = "adam"  # row_step: the theory regime's step
+    lr: float = 0.1  # learning rate (adam, adamw)
     weight_decay: float = 0.0  # adamw only
-    batch_size: int = 1024  # decided here: 256 (the spec's reference) stalls at k=32, n>=80
+    batch_size: int = 1024  # decided here: 1024; the reference 256 stalls Log-ICoT at k=32, n>=80
     reset_optimizer: bool = True  # a fresh optimizer each stage
     warmup_steps: int = 0  # each stage's learning rate rises linearly from lr/warmup_steps to lr (adam, adamw)
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
@@ -135,8 +149,8 @@ class TrainConfig(Strict):
     first_stage_steps: Optional[int] = None  # the first stage's budget when it differs (full-CoT training)
     first_stage_advance: Optional[Literal["threshold", "steps"]] = None  # its rule when it differs (None: advance)
     max_steps_per_stage: int = 1000  # the cap under advance = threshold
-    eval_every: int = 2
-    val_size: int = 2048
+    eval_every: int = 2  # steps between validation losses (and threshold checks)
+    val_size: int = 2048  # examples in the fixed validation set (seeded apart from training)
     checkpoint_every: int = 50  # steps between mid-stage checkpoints (0: stage ends only)
     theory: TheoryConfig = TheoryConfig()
 
@@ -146,21 +160,43 @@ class LogConfig(Strict):
 
 
 class EvalConfig(Strict):
-    test_size: int = 4096
+    test_size: int = 4096  # examples in each fixed test set (ID and every OOD skew)
 
 
-MODEL_FOR = {"parity_tree": "logicot", "automaton": "gpt", "sparse_parity": "linear_attention"}
+# The task and model configs a Config may hold; a new one is its class plus one entry here.
+TASKS = (ParityTreeTask, AutomatonTask, SparseParityTask)
+MODELS = (LogICoTModel, GPTModel, LinearAttentionModel)
+
+
+def _names(classes) -> set[str]:
+    return {c.model_fields["name"].default for c in classes}
+
+
+def register(part: str, cls: type[Strict]) -> None:
+    """Make a task or model config class (its `name` default is its key) selectable in every config."""
+    global TASKS, MODELS
+    if part == "task":
+        TASKS = (*[c for c in TASKS if c.model_fields["name"].default != cls.model_fields["name"].default], cls)
+        union = TASKS
+    elif part == "model":
+        MODELS = (*[c for c in MODELS if c.model_fields["name"].default != cls.model_fields["name"].default], cls)
+        union = MODELS
+    else:
+        raise ValueError(f"register a 'task' or a 'model', not {part!r}")
+    Config.model_fields[part].annotation = Annotated[Union[union], Field(discriminator="name")]
+    Config.model_rebuild(force=True)
 
 
 class Config(Strict):
-    experiment: str
-    description: str = ""
-    seed: int = 0
+    experiment: str  # the name runs are filed under (default: the YAML file's name)
+    system: str  # which system trains it: a name in internalize.experiments.SYSTEMS
+    imports: list[str] = []  # modules imported first: where a user's own systems, tasks and models register
+    description: str = ""  # one line for `internalize list`
+    seed: int = 0  # seeds training, and the task's hidden choices (the secret support)
     device: Literal["cpu", "cuda"] = "cpu"
-    scale: str = "default"
-    task: Annotated[Union[ParityTreeTask, AutomatonTask, SparseParityTask],
-                    Field(discriminator="name")] = ParityTreeTask()
-    model: Annotated[Union[LogICoTModel, GPTModel, LinearAttentionModel], Field(discriminator="name")] = LogICoTModel()
+    scale: str = "default"  # the named scale applied (--smoke, --scale NAME): its keys come from the YAML's scales
+    task: Annotated[Union[TASKS], Field(discriminator="name")] = ParityTreeTask()
+    model: Annotated[Union[MODELS], Field(discriminator="name")] = LogICoTModel()
     curriculum: CurriculumConfig = CurriculumConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
@@ -169,24 +205,34 @@ class Config(Strict):
     @model_validator(mode="before")
     @classmethod
     def _default_names(cls, raw):
-        """A task without a name is the parity tree; a model without one (or none) is the one its task needs."""
+        """The system is named explicitly; a task or model without a name is its system's default."""
+        from internalize.experiments import SYSTEMS
+
         if not isinstance(raw, dict):
             return raw
-        task, model = raw.get("task"), raw.get("model")
-        if isinstance(task, dict) and "name" not in task:
-            raw["task"] = task = {"name": "parity_tree", **task}
-        task_name = task.get("name") if isinstance(task, dict) else "parity_tree"
-        if model is None:
-            model = {}
-        if isinstance(model, dict) and "name" not in model:
-            raw["model"] = {"name": MODEL_FOR.get(task_name, "gpt"), **model}
+        system = raw.get("system")
+        if system is None:
+            raise ValueError(f"the config names no system; add 'system: NAME' (one of: {', '.join(SYSTEMS)})")
+        if system not in SYSTEMS:
+            raise ValueError(f"unknown system {system!r}; available: {', '.join(SYSTEMS)}")
+        entry = SYSTEMS[system]
+        for key, default in (("task", entry.tasks[0]), ("model", entry.models[0])):
+            part = raw.get(key)
+            if part is None:
+                part = {}
+            if isinstance(part, dict) and "name" not in part:
+                raw[key] = {"name": default, **part}
         return raw
 
     @model_validator(mode="after")
     def _pairs(self):
-        if self.model.name != MODEL_FOR[self.task.name]:
-            raise ValueError(f"model {self.model.name} cannot learn task {self.task.name}; "
-                             f"use model.name={MODEL_FOR[self.task.name]}")
+        from internalize.experiments import SYSTEMS
+
+        entry = SYSTEMS[self.system]
+        for key, name, allowed in (("task", self.task.name, entry.tasks), ("model", self.model.name, entry.models)):
+            if name not in allowed:
+                raise ValueError(f"system {self.system} cannot train {key} {name}; "
+                                 f"use {key}.name={' or '.join(allowed)}")
         return self
 
     @model_validator(mode="after")
@@ -248,7 +294,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _format(err: ValidationError) -> str:
     first = err.errors()[0]
-    tags = set(MODEL_FOR) | set(MODEL_FOR.values())  # the union's branch names are not keys
+    tags = _names(TASKS) | _names(MODELS)  # the union's branch names are not keys
     where = ".".join(str(p) for i, p in enumerate(first["loc"]) if not (i == 1 and p in tags))
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{where}'"
@@ -282,6 +328,11 @@ def load(name_or_path: str, overrides: list[str] = (), scale: Optional[str] = No
         raw["scale"] = scale
     for text in overrides:
         set_dotted(raw, *parse_override(text))
+    for module in raw.get("imports") or []:  # before validation: they register task and model configs
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ConfigError(f"imports: cannot import {module!r} ({err})") from None
     try:
         return Config.model_validate(raw)
     except ValidationError as err:

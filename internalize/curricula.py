@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -141,27 +142,33 @@ class Mixture(Curriculum):
         return np.stack([_prefix(int(c), thinking) for c in counts])
 
 
+def _directional(name: str, description: str, from_right: bool = False):
+    return lambda per_stage, smoothing: Directional(name=name, description=description, from_right=from_right,
+                                                    per_stage=per_stage, smoothing=smoothing)
+
+
+# name -> factory(per_stage, smoothing); `curriculum.name` in a config is one of these names
+CURRICULA: dict[str, Callable[[int, float], Curriculum]] = {
+    "log_icot": lambda per_stage, smoothing: LogICoT(),
+    "stepwise": _directional("stepwise", "hide one more thinking token per stage (Deng et al. 2024): k - 1 stages"),
+    "left": _directional("left", Directional.description),
+    "right": _directional("right", "remove the tokens nearest the answer first", from_right=True),
+    "inductive": lambda per_stage, smoothing: Inductive(),
+    "mixture": lambda per_stage, smoothing: Mixture(),
+    "full_cot": lambda per_stage, smoothing: Curriculum(),
+    "e2e": lambda per_stage, smoothing: E2E(),
+}
+
+
+def register_curriculum(name: str, factory: Callable[[int, float], Curriculum]) -> None:
+    """Make a curriculum selectable by `curriculum.name` (a user's own, or an extension's)."""
+    CURRICULA[name] = factory
+
+
 def get_curriculum(name: str, per_stage: int = 1, smoothing: float = 0.0) -> Curriculum:
     """A curriculum by name; `per_stage` and `smoothing` apply to left, right and stepwise."""
     if per_stage < 1:
         raise ValueError(f"curriculum.per_stage must be at least 1 (got {per_stage})")
-    directional = dict(per_stage=per_stage, smoothing=smoothing)
-    made = {
-        "log_icot": lambda: LogICoT(),
-        "stepwise": lambda: Directional(
-            name="stepwise", description="hide one more thinking token per stage (Deng et al. 2024): k - 1 stages",
-            **directional),
-        "left": lambda: Directional(**directional),
-        "right": lambda: Directional(name="right", description="remove the tokens nearest the answer first",
-                                     from_right=True, **directional),
-        "inductive": lambda: Inductive(),
-        "mixture": lambda: Mixture(),
-        "full_cot": lambda: Curriculum(),
-        "e2e": lambda: E2E(),
-    }
-    if name not in made:
-        raise ValueError(f"unknown curriculum {name!r}; choose from {sorted(made)}")
-    return made[name]()
-
-
-CURRICULA = ("log_icot", "stepwise", "left", "right", "inductive", "mixture", "full_cot", "e2e")
+    if name not in CURRICULA:
+        raise ValueError(f"unknown curriculum {name!r}; choose from {sorted(CURRICULA)}")
+    return CURRICULA[name](per_stage, smoothing)

@@ -48,8 +48,8 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
         run = Run.create(path, config)
     result = train(system, config.train, torch.Generator().manual_seed(config.seed), run, show_progress=show,
                    resume=(checkpoint[0]["train"], checkpoint[1]) if checkpoint else None)
-    summary = dict(experiment=config.experiment, task=config.task.name, seed=config.seed, **system.summary(),
-                   **result)
+    summary = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
+                   **system.summary(), **result)
     solved = [r for r in result["per_stage"] if r[system.headline] >= 1.0]
     summary["samples_to_full_accuracy"] = solved[0]["samples_seen"] if solved else None
     summary["seconds_to_full_accuracy"] = solved[0]["train_seconds"] if solved else None

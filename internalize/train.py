@@ -11,30 +11,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from internalize.config import TrainConfig
-
-
-@dataclass
-class Stage:
-    info: dict  # what this stage is, for tables and the summary: e.g. {"padded": 8, "layer": 2}
-    params: list[torch.nn.Parameter]
-    sample: Callable[[int, torch.Generator], Any]  # (batch size, generator) -> a fresh training batch
-    loss: Callable[[Any], torch.Tensor]  # a training batch -> scalar loss
-    validate: Callable[[], float]  # loss on the fixed validation set
-
-
-class System(Protocol):
-    num_stages: int
-    model: torch.nn.Module
-
-    def stage(self, index: int) -> Stage: ...
-    def after_step(self) -> None: ...
-    def evaluate(self) -> dict[str, float]: ...
+from internalize.system import Stage, System  # noqa: F401  (Stage: re-exported for callers)
 
 
 class Recorder(Protocol):

@@ -14,6 +14,7 @@ def test_list_names_every_experiment(cli):
         assert name in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_smoke_run_of_every_config(cli, tmp_path, name):
     out = tmp_path / name
@@ -43,6 +44,7 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
         assert "per_position_accuracy" in summary and "attention.png" in figures
 
 
+@pytest.mark.slow
 def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
     assert cli("run", "logicot", "--smoke", "--quiet", "--out", tmp_path / "r").exit_code == 0
     summary = read_summary(tmp_path / "r")
@@ -54,6 +56,7 @@ def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
     assert min(summary["child_attention_mass"]) >= 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["logicot", "automata_regimes", "sparse_parity_internalize"])
 def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     for run in ("a", "b", "c"):
@@ -73,6 +76,7 @@ def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     (["logicot", "--set", "model.gate=sometimes"], "model.gate"),
     (["logicot", "--scale", "huge"], "no scale 'huge'"),
     (["parity_forever"], "unknown experiment 'parity_forever'"),
+    (["logicot", "--set", "system=logicat"], "unknown system 'logicat'"),
     pytest.param(["logicot", "--set", "device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")),
 ])
@@ -95,6 +99,7 @@ def test_an_existing_run_is_never_overwritten(cli, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
 
 
+@pytest.mark.slow
 def test_tensorboard_logging_writes_event_files(cli, tmp_path):
     pytest.importorskip("tensorboard")
     out = tmp_path / "run"

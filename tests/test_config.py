@@ -28,10 +28,29 @@ def test_theory_mode_resolves_to_one_rounded_step_per_stage():
 
 def test_a_config_file_path_works_and_a_bad_one_is_refused(tmp_path):
     good = tmp_path / "mine.yaml"
-    good.write_text("task: {n: 20, k: 4}\n")
+    good.write_text("system: logicot\ntask: {n: 20, k: 4}\n")
     cfg = load(str(good))
     assert cfg.experiment == "mine" and cfg.task.k == 4
     bad = tmp_path / "bad.yaml"
-    bad.write_text("task: {n: 20, k: 4, colour: red}\n")
+    bad.write_text("system: logicot\ntask: {n: 20, k: 4, colour: red}\n")
     with pytest.raises(ConfigError, match="unknown config key 'task.colour'"):
         load(str(bad))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("task: {n: 20, k: 4}\n", "the config names no system; add 'system: NAME'"),
+    ("system: logicat\n", "unknown system 'logicat'; available: logicot, automata, sparse_parity"),
+    ("system: automata\ntask: {name: parity_tree}\n", "system automata cannot train task parity_tree"),
+])
+def test_the_system_is_named_explicitly_and_checked(tmp_path, text, message):
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load(str(path))
+
+
+def test_a_system_without_task_or_model_gets_its_defaults(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("system: automata\n")
+    cfg = load(str(path))
+    assert (cfg.task.name, cfg.model.name) == ("automaton", "gpt")

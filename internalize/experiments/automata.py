@@ -23,7 +23,7 @@ from internalize.curricula import E2E, get_curriculum
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.tasks.automata import AutomatonTask, make
-from internalize.train import Stage
+from internalize.system import Stage
 
 PAD, SEP, ANS = 0, 1, 2
 

@@ -14,7 +14,7 @@ from internalize.evaluate import child_attention_mass, child_weights, representa
 from internalize.models import GatePlan, LogICoT, gate_plan
 from internalize.objectives import squared_error
 from internalize.tasks import ParityTree
-from internalize.train import Stage
+from internalize.system import Stage
 
 
 class LogICoTSystem:

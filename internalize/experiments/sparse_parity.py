@@ -29,7 +29,7 @@ from internalize.curricula import get_curriculum
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models import LinearAttention
 from internalize.tasks import SparseParity
-from internalize.train import Stage
+from internalize.system import Stage
 
 
 class SparseParitySystem:
