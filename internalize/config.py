@@ -143,6 +143,8 @@ class TrainConfig(Strict):
     batch_size: int = 1024  # decided here: 1024; the reference 256 stalls Log-ICoT at k=32, n>=80
     reset_optimizer: bool = True  # a fresh optimizer each stage
     warmup_steps: int = 0  # each stage's learning rate rises linearly from lr/warmup_steps to lr (adam, adamw)
+    run_warmup_steps: int = 0  # the learning rate also rises linearly over the run's first steps (global)
+    grad_clip: Optional[float] = None  # clip the gradient's global norm to this (None: off); logged as train_grad_norm
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
     threshold: float = 3e-4  # advance once the stage's validation loss is below this
     steps_per_stage: int = 150  # used when advance = steps
@@ -249,9 +251,11 @@ class Config(Strict):
             t.optimizer, t.advance, t.steps_per_stage, t.batch_size = "row_step", "steps", 1, samples
             if self.model.name in ("logicot", "linear_attention"):
                 self.model.quantize = True
-        for key in ("checkpoint_every", "warmup_steps"):
+        for key in ("checkpoint_every", "warmup_steps", "run_warmup_steps"):
             if getattr(self.train, key) < 0:
                 raise ValueError(f"train.{key} must be 0 or more")
+        if self.train.grad_clip is not None and self.train.grad_clip <= 0:
+            raise ValueError("train.grad_clip must be positive (or null: off)")
         for key in ("batch_size", "steps_per_stage", "max_steps_per_stage", "eval_every", "val_size"):
             if getattr(self.train, key) < 1:
                 raise ValueError(f"train.{key} must be at least 1")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -17,25 +17,49 @@ import torch
 @dataclass
 class Stage:
     info: dict  # what this stage is, for tables and the summary: e.g. {"padded": 8, "layer": 2}
-    params: list[torch.nn.Parameter]
+    # what learns: parameters, or torch parameter groups ({"params": [...], "lr": 1e-4, ...}) with their own
+    # learning rates; a group without "lr" gets train.lr
+    params: list
     sample: Callable[[int, torch.Generator], Any]  # (batch size, generator) -> a fresh training batch
-    loss: Callable[[Any], torch.Tensor]  # a training batch -> scalar loss
+    # a training batch -> the scalar loss, or (scalar loss, {name: part}): each part is logged as train_<name>
+    loss: Callable[[Any], Union[torch.Tensor, tuple[torch.Tensor, dict]]]
     validate: Callable[[], float]  # loss on the fixed validation set
 
 
-class System(Protocol):
+class System:
+    """The protocol. Subclass it: the methods with a body have defaults; the others a system must define."""
+
     # -- what the trainer calls --------------------------------------------------------------
     num_stages: int
     model: torch.nn.Module
 
     def stage(self, index: int) -> Stage:
         """Stage `index` (0-based): the parameters that learn, how a batch is drawn and scored."""
+        raise NotImplementedError
+
+    def on_step(self, step: int) -> None:
+        """Called before every training step with the global step (0-based): schedules over the whole
+        run (a loss weight's warm-up) read it here."""
 
     def after_step(self) -> None:
-        """Called after every optimizer step (rounding, clamping); most systems do nothing."""
+        """Called after every optimizer step (rounding, clamping)."""
 
     def evaluate(self) -> dict[str, float]:
         """The per-stage figures, computed at each stage end (keys of `stage_metrics` among them)."""
+        raise NotImplementedError
+
+    def optimizer(self, params: list, cfg) -> Optional[torch.optim.Optimizer]:
+        """A system's own optimizer for train.optimizer (cfg is the TrainConfig); None: the trainer's
+        adam or adamw."""
+        return None
+
+    def state(self) -> dict:
+        """The system's own state beyond its model (an estimated constant): JSON, checkpointed with the
+        trainer's counters, so a resumed run continues exactly."""
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        """Restore what `state` returned, on resume."""
 
     # -- what the runner and the command line call -------------------------------------------
     headline: str  # the per-stage figure whose first 1.0 counts as solved (samples_to_full_accuracy)
@@ -43,6 +67,7 @@ class System(Protocol):
 
     def summary(self) -> dict:
         """The final figures of a trained run: summary.json holds them beside the trainer's counters."""
+        raise NotImplementedError
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         """The system's own figures (attention maps, scores), written into `folder` as PNG."""
@@ -50,3 +75,4 @@ class System(Protocol):
     @staticmethod
     def describe(summary: dict) -> str:
         """One line of a finished run's headline figures, from its summary.json alone."""
+        raise NotImplementedError

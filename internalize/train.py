@@ -29,32 +29,42 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
-class RowStep(torch.optim.Optimizer):
-    """One normalised gradient step per row: each row moves until its largest entry moves by `size`.
-
-    The Theorem-1 regime of specs/logicot.md ("per-row step sized so the child weights reach about
-    8-10"); rows with no gradient stay where they are.
-    """
-
-    def __init__(self, params, size: float):
-        super().__init__(params, dict(size=size))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                scale = p.grad.abs().amax(dim=-1, keepdim=True)  # (rows, 1)
-                p.sub_(group["size"] * p.grad / scale.clamp_min(1e-30))
+def make_optimizer(system: System, params: list, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The system's own optimizer if it has one for train.optimizer, else Adam or AdamW; each group
+    remembers its base learning rate for the warm-ups."""
+    optimizer = system.optimizer(params, cfg)
+    if optimizer is None:
+        if cfg.optimizer == "adamw":
+            optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        elif cfg.optimizer == "adam":
+            optimizer = torch.optim.Adam(params, lr=cfg.lr)
+        else:
+            raise ValueError(f"train.optimizer={cfg.optimizer} is not adam or adamw, and this system has no "
+                             "optimizer of that name")
+    for group in optimizer.param_groups:
+        if "lr" in group:
+            group.setdefault("base_lr", group["lr"])
+    return optimizer
 
 
-def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
-    if cfg.optimizer == "row_step":
-        return RowStep(params, cfg.theory.row_step)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.Adam(params, lr=cfg.lr)
+def warm_up(optimizer: torch.optim.Optimizer, cfg: TrainConfig, stage_step: int, step: int) -> None:
+    """Scale every group's learning rate by the stage's warm-up and the run's (linear, 0 = off)."""
+    scale = 1.0
+    if cfg.warmup_steps:
+        scale *= min(1.0, (stage_step + 1) / cfg.warmup_steps)
+    if cfg.run_warmup_steps:
+        scale *= min(1.0, (step + 1) / cfg.run_warmup_steps)
+    for group in optimizer.param_groups:
+        if "base_lr" in group:
+            group["lr"] = group["base_lr"] * scale
+
+
+def split_loss(out) -> tuple[torch.Tensor, dict[str, float]]:
+    """A stage's loss: a scalar, or (scalar, {name: part})."""
+    if isinstance(out, tuple):
+        loss, parts = out
+        return loss, {k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in parts.items()}
+    return out, {}
 
 
 @dataclass
@@ -68,6 +78,7 @@ class TrainState:
     seconds: float = 0.0
     val: float = math.nan  # the stage's last validation loss
     per_stage: list[dict] = field(default_factory=list)
+    system: dict = field(default_factory=dict)  # the system's own state (System.state)
 
 
 def model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
@@ -114,10 +125,13 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
     state = TrainState(**resume[0]) if resume else TrainState()
     pending = resume[1] if resume else None
     optimizer = None
+    if resume:
+        system.load_state(state.system)
 
     def save() -> None:
         if not all(torch.isfinite(p).all() for p in system.model.parameters()):
             raise NonFiniteLoss(f"non-finite parameters at stage {state.stage + 1}, step {state.stage_step}")
+        state.system = system.state()
         recorder.checkpoint(asdict(state), snapshot(system.model, optimizer, generator))
 
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} steps"),
@@ -128,9 +142,11 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
             fresh = state.stage_step == 0
             reset = fresh and cfg.reset_optimizer
             if optimizer is None or reset:
-                optimizer = make_optimizer(stage.params, cfg)
+                optimizer = make_optimizer(system, stage.params, cfg)
             elif fresh:  # keep the moments of every parameter seen so far
-                optimizer.param_groups[0]["params"] = list(stage.params)
+                kept, optimizer = optimizer.state, make_optimizer(system, stage.params, cfg)
+                for group in optimizer.param_groups:
+                    optimizer.state.update({p: kept[p] for p in group["params"] if p in kept})
             if pending is not None:
                 restore(system.model, None if reset else optimizer, generator, pending)
                 pending = None
@@ -145,13 +161,16 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                                 completed=state.stage_step, val=state.val)
             started = time.perf_counter()
             while state.stage_step < cap:
-                loss = stage.loss(stage.sample(cfg.batch_size, generator))
+                system.on_step(state.step)
+                loss, parts = split_loss(stage.loss(stage.sample(cfg.batch_size, generator)))
                 if not torch.isfinite(loss):
                     raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {state.stage_step + 1}")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if cfg.warmup_steps and cfg.optimizer != "row_step":
-                    optimizer.param_groups[0]["lr"] = cfg.lr * min(1.0, (state.stage_step + 1) / cfg.warmup_steps)
+                if cfg.grad_clip:
+                    params = [p for group in optimizer.param_groups for p in group["params"]]
+                    parts["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+                warm_up(optimizer, cfg, state.stage_step, state.step)
                 optimizer.step()
                 system.after_step()
                 state.stage_step += 1
@@ -161,7 +180,8 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                 if state.stage_step % cfg.eval_every == 0 or advance:
                     state.val = stage.validate()
                     recorder.log(dict(step=state.step, stage=index + 1, samples=state.samples,
-                                      train_loss=float(loss.detach()), val_loss=state.val))
+                                      train_loss=float(loss.detach()), val_loss=state.val,
+                                      **{f"train_{k}": v for k, v in parts.items()}))
                     bar.update(task, completed=state.stage_step, val=state.val)
                     advance = advance or (rule == "threshold" and state.val < cfg.threshold)
                 if advance:

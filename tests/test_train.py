@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from internalize.config import TrainConfig, load
-from internalize.train import NonFiniteLoss, RowStep, Stage, train
+from internalize.experiments.theory import RowStep
+from internalize.system import System
+from internalize.train import NonFiniteLoss, Stage, train
 
 
 class Memory:
@@ -16,7 +18,7 @@ class Memory:
         self.checkpoints.append(state)
 
 
-class Quadratic:
+class Quadratic(System):
     """Two stages, each pulling one scalar parameter to a target: loss (w - target)^2."""
 
     def __init__(self, poison=False):
@@ -49,7 +51,7 @@ class Quadratic:
 def test_threshold_advance_stops_each_stage_early_and_only_trains_its_parameters():
     system, memory = Quadratic(), Memory()
     cfg = TrainConfig(lr=0.1, threshold=1e-3, max_steps_per_stage=500, eval_every=1, batch_size=4)
-    out = train(system, cfg, torch.Generator(), memory, show_progress=False)
+    out = train(system, cfg, torch.Generator().manual_seed(0), memory, show_progress=False)
     first, second = out["per_stage"]
     assert first["val_loss"] < 1e-3 and second["val_loss"] < 1e-3
     assert 1 < first["steps"] < 500 and first["distance"] > 0.9  # after stage 1, w2 untouched
@@ -62,16 +64,16 @@ def test_threshold_advance_stops_each_stage_early_and_only_trains_its_parameters
 
 def test_steps_advance_runs_exactly_the_budget():
     cfg = TrainConfig(advance="steps", steps_per_stage=7, eval_every=3)
-    out = train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)
+    out = train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=False)
     assert [s["steps"] for s in out["per_stage"]] == [7, 7]
 
 
 def test_the_first_stage_can_run_its_budget_while_the_others_stop_at_the_threshold():
     cfg = TrainConfig(lr=0.1, threshold=1e-3, max_steps_per_stage=500, eval_every=1, first_stage_steps=300)
-    plain = train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)["per_stage"]
+    plain = train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=False)["per_stage"]
     assert plain[0]["steps"] < 300  # first_stage_steps only caps a threshold stage
     cfg = cfg.model_copy(update=dict(first_stage_advance="steps"))
-    split = train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)["per_stage"]
+    split = train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=False)["per_stage"]
     assert split[0]["steps"] == 300 and split[1]["steps"] == plain[1]["steps"] < 500
 
 
@@ -84,7 +86,7 @@ def test_warmup_raises_each_stages_learning_rate_linearly(monkeypatch):
 
     monkeypatch.setattr(torch.optim.Adam, "step", step)
     cfg = TrainConfig(advance="steps", steps_per_stage=6, lr=0.01, warmup_steps=4, eval_every=100)
-    train(Quadratic(), cfg, torch.Generator(), Memory(), show_progress=False)
+    train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=False)
     assert rates == pytest.approx([0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01] * 2)
     with pytest.raises(ValueError, match="train.warmup_steps must be 0 or more"):
         load("automata_regimes", ["train.warmup_steps=-1"])
@@ -92,7 +94,7 @@ def test_warmup_raises_each_stages_learning_rate_linearly(monkeypatch):
 
 def test_non_finite_loss_stops_the_run():
     with pytest.raises(NonFiniteLoss, match="stage 1, step 1"):
-        train(Quadratic(poison=True), TrainConfig(), torch.Generator(), Memory(), show_progress=False)
+        train(Quadratic(poison=True), TrainConfig(), torch.Generator().manual_seed(0), Memory(), show_progress=False)
 
 
 def test_row_step_moves_each_rows_largest_entry_by_the_step_size():

@@ -8,7 +8,6 @@ them for the trainer. Importing this module registers all four; a config names i
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import matplotlib
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from internalize import config as configs
 from internalize.curricula import Curriculum, register_curriculum
 from internalize.experiments import Entry, register
-from internalize.system import Stage
+from internalize.system import Stage, System
 
 matplotlib.use("Agg")
 
@@ -74,7 +73,7 @@ class Halves(Curriculum):
 
 
 # -- the system: what the trainer, runner and CLI call (internalize/system.py) ------------------
-class RunningSumSystem:
+class RunningSumSystem(System):
     headline = "answer_accuracy"
     stage_metrics = {"answer_accuracy": None}  # chance is 1 / m, set per config below
 
@@ -106,9 +105,6 @@ class RunningSumSystem:
                      sample=self.task.sample, loss=lambda batch: self.loss_of(*batch),
                      validate=lambda: float(self.loss_of(*self.val).detach()))
 
-    def after_step(self) -> None:
-        pass
-
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """The answer with every CoT token blank: one pass, no chain."""
@@ -119,9 +115,6 @@ class RunningSumSystem:
 
     def summary(self) -> dict:
         return dict(self.evaluate(), parameters=sum(p.numel() for p in self.model.parameters()))
-
-    def figures(self, folder: Path, per_stage: list[dict]) -> None:
-        pass  # the runner already draws the loss and the per-stage accuracy
 
     @staticmethod
     def describe(summary: dict) -> str:

@@ -23,12 +23,12 @@ from internalize.curricula import E2E, get_curriculum
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.tasks.automata import AutomatonTask, make
-from internalize.system import Stage
+from internalize.system import Stage, System
 
 PAD, SEP, ANS = 0, 1, 2
 
 
-class AutomataSystem:
+class AutomataSystem(System):
 
     def __init__(self, config: Config):
         self.config = config
@@ -128,9 +128,6 @@ class AutomataSystem:
 
         info = dict(removed=int(removed.sum()))
         return Stage(info=info, params=list(self.model.parameters()), sample=sample, loss=loss, validate=validate)
-
-    def after_step(self) -> None:
-        pass
 
     # -- evaluation ------------------------------------------------------------------------------
     @torch.no_grad()

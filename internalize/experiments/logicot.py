@@ -10,14 +10,15 @@ from internalize.analysis import plots
 from internalize.config import Config
 from internalize.curricula import get_curriculum
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
+from internalize.experiments.theory import row_step_optimizer
 from internalize.evaluate import child_attention_mass, child_weights, representation_spread, sign_accuracy
 from internalize.models import GatePlan, LogICoT, gate_plan
 from internalize.objectives import squared_error
 from internalize.tasks import ParityTree
-from internalize.system import Stage
+from internalize.system import Stage, System
 
 
-class LogICoTSystem:
+class LogICoTSystem(System):
     def __init__(self, config: Config):
         self.config = config
         task = config.task
@@ -79,6 +80,9 @@ class LogICoTSystem:
     def after_step(self) -> None:
         if self.config.model.quantize:
             self.model.round_weights()
+
+    def optimizer(self, params: list, cfg) -> torch.optim.Optimizer | None:
+        return row_step_optimizer(params, cfg)
 
     # -- evaluation ----------------------------------------------------------------------------
     @torch.no_grad()

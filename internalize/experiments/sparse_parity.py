@@ -11,7 +11,7 @@ train.mode = theory sets it up):
 - start: slot j > 1 has score 1 on the chain token before it, everything else 0 (chain_start);
 - each stage takes one step: the loss on one fresh batch of N samples is taken at the nudged
   point A + (model.nudge / d) * U(0, 1) (the nudge is drawn in `sample`, from the training
-  generator), and each row of A moves by row_step * (-grad) / max|grad of that row| (train.RowStep;
+  generator), and each row of A moves by row_step * (-grad) / max|grad of that row| (experiments.theory.RowStep;
   the spec's s / max(s) whenever the largest move is upward, as it is when the step finds its bit);
 - then every score is clamped at 0 and rounded to the nearest integer (after_step).
 The end-to-end route takes k such steps from the same start with y as the only target.
@@ -27,12 +27,13 @@ from internalize.analysis import plots
 from internalize.config import Config
 from internalize.curricula import get_curriculum
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
+from internalize.experiments.theory import row_step_optimizer
 from internalize.models import LinearAttention
 from internalize.tasks import SparseParity
-from internalize.system import Stage
+from internalize.system import Stage, System
 
 
-class SparseParitySystem:
+class SparseParitySystem(System):
     headline = "direct_accuracy"  # the answer in one pass from the bits alone
     stage_metrics = {"direct_accuracy": 0.5, "frontier_accuracy": 0.5}
 
@@ -87,6 +88,9 @@ class SparseParitySystem:
 
     def after_step(self) -> None:
         self.model.project(self.config.model.nonnegative, self.config.model.quantize)
+
+    def optimizer(self, params: list, cfg) -> torch.optim.Optimizer | None:
+        return row_step_optimizer(params, cfg)
 
     # -- evaluation ------------------------------------------------------------------------------
     @torch.no_grad()

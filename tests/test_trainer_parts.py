@@ -1,0 +1,135 @@
+"""What the trainer offers any system: named loss parts, parameter groups, gradient clipping,
+warm-ups over the stage and the run, a global-step hook, and the system's own checkpointed state."""
+import pytest
+import torch
+
+from internalize.config import TrainConfig
+from internalize.system import Stage, System
+from internalize.train import train
+
+
+class Memory:
+    def __init__(self):
+        self.records, self.checkpoints = [], []
+
+    def log(self, record):
+        self.records.append(record)
+
+    def checkpoint(self, state, tensors):
+        self.checkpoints.append((state, {k: v.clone() for k, v in tensors.items()}))
+
+
+class Linear(System):
+    """Two scalars a, b under loss slope * (a + b) (a constant gradient), over `stages` stages;
+    its own state counts the steps it has seen and sums a schedule of them."""
+
+    def __init__(self, stages=1, groups=None, slope=1.0, grow=False):
+        self.model = torch.nn.Module()
+        self.model.a, self.model.b = torch.nn.Parameter(torch.zeros(())), torch.nn.Parameter(torch.zeros(()))
+        self.num_stages, self.groups, self.slope, self.grow = stages, groups, slope, grow  # grow: slope x stage
+        self.seen, self.trace, self.total = [], [], 0.0
+
+    def stage(self, index):
+        params = self.groups(self.model) if self.groups else [self.model.a, self.model.b]
+
+        slope = self.slope * (index + 1) if self.grow else self.slope
+
+        def loss(batch):
+            value = slope * (self.model.a + self.model.b)
+            return value, {"a_part": slope * self.model.a, "weight": 0.5}
+
+        return Stage(info={}, params=params, sample=lambda size, gen: torch.rand((), generator=gen), loss=loss,
+                     validate=lambda: 1.0)
+
+    def on_step(self, step):
+        self.seen.append(step)
+        self.total += step * 0.5
+
+    def after_step(self):
+        self.trace.append((float(self.model.a.detach()), float(self.model.b.detach())))
+
+    def evaluate(self):
+        return {}
+
+    def state(self):
+        return {"total": self.total}
+
+    def load_state(self, state):
+        self.total = state["total"]
+
+
+def run(system, memory=None, **cfg):
+    settings = dict(lr=0.1, advance="steps", steps_per_stage=5, eval_every=1, batch_size=1, checkpoint_every=0)
+    return train(system, TrainConfig(**{**settings, **cfg}), torch.Generator().manual_seed(0), memory or Memory(),
+                 show_progress=False)
+
+
+def test_named_loss_parts_are_logged_beside_the_loss():
+    memory = Memory()
+    run(Linear(), memory)
+    steps = [r for r in memory.records if "train_loss" in r]
+    assert len(steps) == 5 and all(r["train_weight"] == 0.5 for r in steps)
+    assert all(r["train_a_part"] == pytest.approx(0.5 * r["train_loss"]) for r in steps)  # a = b throughout
+
+
+def test_a_parameter_group_keeps_its_own_learning_rate():
+    system = Linear(groups=lambda m: [{"params": [m.a]}, {"params": [m.b], "lr": 0.01}])
+    run(system)
+    a, b = system.trace[-1]
+    assert a == pytest.approx(-0.5, rel=1e-4) and b == pytest.approx(-0.05, rel=1e-4)  # Adam: lr per step
+
+
+def test_warm_ups_over_the_stage_and_the_run_scale_each_step():
+    system = Linear(stages=2)
+    run(system, warmup_steps=2, run_warmup_steps=8)
+    moves = [round(-(after[0] - before[0]), 6) for before, after in zip([(0.0, 0.0)] + system.trace, system.trace)]
+    stage = [0.5, 1, 1, 1, 1]
+    expected = [0.1 * s * min(1, (i + 1) / 8) for i, s in enumerate(stage + stage)]
+    assert moves == pytest.approx(expected, abs=1e-5)
+
+
+def test_gradient_clipping_logs_the_norm_and_bounds_the_step():
+    memory = Memory()
+    seen = []
+    system = Linear(slope=30.0)
+    system.after_step = lambda: seen.append(float(system.model.a.grad.norm() ** 2 + system.model.b.grad.norm() ** 2))
+    run(system, memory, grad_clip=0.5)
+    norms = [r["train_grad_norm"] for r in memory.records if "train_grad_norm" in r]
+    assert norms == pytest.approx([30 * 2 ** 0.5] * 5)  # the norm before clipping
+    assert max(seen) == pytest.approx(0.25, rel=1e-4)  # after: squared norm 0.5^2
+
+
+def test_the_system_sees_every_global_step_across_stages():
+    system = Linear(stages=3)
+    run(system)
+    assert system.seen == list(range(15))
+
+
+def test_the_systems_state_is_checkpointed_and_restored_on_resume():
+    memory = Memory()
+    whole = Linear(stages=2)
+    run(whole, memory, checkpoint_every=3)
+    state, tensors = memory.checkpoints[0]  # taken at global step 3, mid stage 1
+    assert state["step"] == 3 and state["system"] == {"total": 0.5 * (0 + 1 + 2)}
+    resumed = Linear(stages=2)
+    train(resumed, TrainConfig(lr=0.1, advance="steps", steps_per_stage=5, eval_every=1, batch_size=1,
+                               checkpoint_every=3), torch.Generator().manual_seed(0), Memory(), show_progress=False,
+          resume=(state, tensors))
+    assert resumed.total == whole.total == 0.5 * sum(range(10))
+    assert resumed.trace[-1] == whole.trace[-1]
+
+
+def test_keeping_the_optimizer_carries_adams_moments_into_the_next_stage():
+    moves = {}
+    for reset in (True, False):
+        system = Linear(stages=2, grow=True)
+        run(system, reset_optimizer=reset)
+        moves[reset] = -(system.trace[5][0] - system.trace[4][0])  # the first step of stage 2
+    w = torch.nn.Parameter(torch.zeros(()))
+    adam = torch.optim.Adam([w], lr=0.1)
+    for grad in [1.0] * 5 + [2.0]:  # one Adam through both stages
+        before = float(w.detach())
+        w.grad = torch.tensor(grad)
+        adam.step()
+    assert moves[True] == pytest.approx(0.1, rel=1e-5)  # a fresh Adam's first step is lr
+    assert moves[False] == pytest.approx(before - float(w.detach()), rel=1e-5) and moves[False] != pytest.approx(0.1)
