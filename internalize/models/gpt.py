@@ -1,22 +1,32 @@
 """The standard transformer of the toolkit: a GPT-2-style decoder with named activations.
 
-Pre-LayerNorm blocks, learned absolute positions, a GELU MLP of 4x the width, tied input and
-output embeddings. Every activation a probe or a plot wants passes through a named HookPoint
-(`blocks.{l}.attn.hook_pattern` is (B, heads, query, key); `blocks.{l}.hook_resid_post` is
-(B, T, width)); `run_with_cache` returns them. Greedy decoding uses a key/value cache.
+Pre-LayerNorm blocks, learned absolute positions, a GELU MLP of 4x the width (`mlp.fc_in`,
+`mlp.act`, `mlp.fc_out`, named so LoRA can target them), tied input and output embeddings.
+Every activation a probe or a plot wants passes through a named HookPoint (`hook_embed` is the
+(B, T, width) input to the first block, token + position embedding + any injected vector;
+`blocks.{l}.attn.hook_pattern` is (B, heads, query, key); `blocks.{l}.hook_resid_post` is
+(B, T, width)); `run_with_cache` returns them.
+
+Batches of prompts of different lengths: pass `attention_mask` (B, S) over every key, cached and
+new, True at real tokens. Any layout works in `forward` and `token_logprobs` (`generate` needs
+left padding): padded keys are never attended to, and positions count only the real tokens
+before each one, so every row gets, at its real tokens, the logits it gets alone. `generate`
+decodes greedily or by sampling with a key/value cache; `token_logprobs` scores sequences;
+`inject` adds a vector to each row's embedding at one slot. Without a mask, positions or
+injection, every call computes exactly what it did before these existed.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per block: keys, values, each (B, heads, S, head width)
+Inject = tuple[torch.Tensor, torch.Tensor]  # slots (B,) long, vectors (B, width)
 
 
 @dataclass(frozen=True)
@@ -47,24 +57,37 @@ class Attention(nn.Module):
         self.proj = nn.Linear(cfg.width, cfg.width)
         self.hook_pattern = HookPoint()
 
-    def forward(self, x: torch.Tensor, past: Optional[tuple] = None):
+    def forward(self, x: torch.Tensor, past: tuple | None = None, mask: torch.Tensor | None = None):
+        """mask: (B, 1, T, S) bool, True where a query may see a key; None means plain causal."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, S, hs)
         S = k.shape[2]
-        if self.hook_pattern._forward_hooks:  # someone reads the pattern: compute it explicitly
-            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)  # query i sees keys <= S-T+i
+        hooked = bool(self.hook_pattern._forward_hooks)  # someone reads the pattern: compute it explicitly
+        if mask is None and (hooked or T not in (1, S)):
+            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)  # query i sees keys <= S-T+i
+        if hooked:
             scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.heads)  # (B, nh, T, S)
-            pattern = self.hook_pattern(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
+            pattern = self.hook_pattern(scores.masked_fill(~mask, float("-inf")).softmax(dim=-1))
             y = pattern @ v  # (B, nh, T, hs)
-        elif T == S or T == 1:  # no cache (plain causal), or one new token that sees everything
+        elif mask is None:  # no cache (plain causal), or one new token that sees everything
             y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
         else:
-            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, T, hs)
         return self.proj(y.transpose(1, 2).reshape(B, T, C)), (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.fc_in = nn.Linear(cfg.width, 4 * cfg.width)
+        self.act = nn.GELU()
+        self.fc_out = nn.Linear(4 * cfg.width, cfg.width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc_out(self.act(self.fc_in(x)))  # (B, T, C)
 
 
 class Block(nn.Module):
@@ -72,12 +95,12 @@ class Block(nn.Module):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(cfg.width), nn.LayerNorm(cfg.width)
         self.attn = Attention(cfg)
-        self.mlp = nn.Sequential(nn.Linear(cfg.width, 4 * cfg.width), nn.GELU(), nn.Linear(4 * cfg.width, cfg.width))
+        self.mlp = MLP(cfg)
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
 
-    def forward(self, x: torch.Tensor, past: Optional[tuple] = None):
+    def forward(self, x: torch.Tensor, past: tuple | None = None, mask: torch.Tensor | None = None):
         x = self.hook_resid_pre(x)
-        a, kv = self.attn(self.ln1(x), past)
+        a, kv = self.attn(self.ln1(x), past, mask)
         x = self.hook_resid_mid(x + a)
         x = self.hook_resid_post(x + self.mlp(self.ln2(x)))
         return x, kv
@@ -89,6 +112,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab, cfg.width)
         self.pos = nn.Embedding(cfg.max_len, cfg.width)
+        self.hook_embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
         self.ln_f = nn.LayerNorm(cfg.width)
         self.head = nn.Linear(cfg.width, cfg.vocab, bias=False)
@@ -102,20 +126,49 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx: torch.Tensor, cache: Optional[Cache] = None):
-        """idx: (B, T) tokens following the cached ones. Returns logits (B, T, vocab) and the new cache."""
+    def forward(self, idx: torch.Tensor, cache: Cache | None = None, attention_mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None, inject: Inject | None = None):
+        """idx: (B, T) tokens following the cached ones. Returns logits (B, T, vocab) and the new cache.
+
+        attention_mask: (B, S) bool over all keys (S = cached + T), True at real tokens; padded keys
+        are masked (a padded query sees itself only, so its output is finite but meaningless).
+        positions: (B, T) position indices; by default offset + arange(T) without a mask, and the
+        count of real tokens before each token with one. inject: (slots (B,), vectors (B, width))
+        adds vectors[b] to row b's embedding at sequence index slots[b] (counted over cached + new
+        tokens, padding included) if that index is among these T tokens; a slot of -1 adds nothing.
+        """
         B, T = idx.shape
         offset = cache[0][0].shape[2] if cache else 0
-        if offset + T > self.cfg.max_len:
-            raise ValueError(f"a sequence of {offset + T} tokens exceeds the model's max_len {self.cfg.max_len}")
-        x = self.tok(idx) + self.pos(torch.arange(offset, offset + T, device=idx.device))  # (B, T, C)
+        mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != (B, offset + T):
+                raise ValueError(f"attention_mask is {tuple(attention_mask.shape)}, expected ({B}, {offset + T})")
+            keys = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+            query_at = torch.arange(offset, offset + T, device=idx.device)[:, None]  # (T, 1)
+            key_at = torch.arange(offset + T, device=idx.device)[None, :]  # (1, S)
+            # a query also sees itself, so a padded query's row is never all masked (softmax NaN)
+            mask = (keys & (key_at <= query_at)) | (key_at == query_at)  # (B, 1, T, S)
+            if positions is None:
+                positions = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)[:, offset:]  # (B, T); pads at 0
+        if positions is None:
+            if offset + T > self.cfg.max_len:
+                raise ValueError(f"a sequence of {offset + T} tokens exceeds the model's max_len {self.cfg.max_len}")
+            positions = torch.arange(offset, offset + T, device=idx.device)  # (T,)
+        elif positions.numel() and int(positions.max()) >= self.cfg.max_len:
+            raise ValueError(f"position {int(positions.max())} exceeds the model's max_len {self.cfg.max_len}")
+        x = self.tok(idx) + self.pos(positions)  # (B, T, C)
+        if inject is not None:
+            slots, vectors = inject
+            hit = slots[:, None] == torch.arange(offset, offset + T, device=idx.device)  # (B, T)
+            x = x + hit[..., None] * vectors[:, None, :]  # (B, T, C)
+        x = self.hook_embed(x)
         new_cache = []
         for i, block in enumerate(self.blocks):
-            x, kv = block(x, cache[i] if cache else None)
+            x, kv = block(x, cache[i] if cache else None, mask)
             new_cache.append(kv)
         return self.head(self.ln_f(x)), new_cache
 
-    def run_with_cache(self, idx: torch.Tensor, names: Optional[list[str]] = None):
+    def run_with_cache(self, idx: torch.Tensor, names: list[str] | None = None, **forward_kwargs):
         """Logits and a dict of the named activations (every HookPoint when names is None)."""
         store: dict[str, torch.Tensor] = {}
         points = {n: m for n, m in self.named_modules() if isinstance(m, HookPoint) and (names is None or n in names)}
@@ -123,17 +176,55 @@ class GPT(nn.Module):
             for name, point in points.items():
                 handle = point.register_forward_hook(lambda mod, inp, out, name=name: store.__setitem__(name, out))
                 stack.callback(handle.remove)
-            logits, _ = self(idx)
+            logits, _ = self(idx, **forward_kwargs)
         return logits, store
 
+    def token_logprobs(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                       inject: Inject | None = None) -> torch.Tensor:
+        """(B, T) tokens -> (B, T-1): entry t is log p(idx[:, t+1] | idx[:, :t+1]).
+
+        Entries whose token or whose preceding token is padding are 0, so `.sum(-1)` is the
+        log-likelihood of each row's real tokens after its first. Keeps the graph for training.
+        """
+        logits, _ = self(idx, attention_mask=attention_mask, inject=inject)  # (B, T, V)
+        logp = -F.cross_entropy(logits[:, :-1].transpose(1, 2), idx[:, 1:], reduction="none")  # (B, T-1)
+        if attention_mask is not None:
+            real = attention_mask.bool()
+            logp = logp.masked_fill(~(real[:, 1:] & real[:, :-1]), 0.0)
+        return logp
+
     @torch.no_grad()
-    def generate(self, prompt: torch.Tensor, steps: int) -> torch.Tensor:
-        """Greedy decoding with a key/value cache: (B, P) prompt -> (B, steps) new tokens."""
-        logits, cache = self(prompt)
+    def generate(self, prompt: torch.Tensor, steps: int, temperature: float = 0.0,
+                 generator: torch.Generator | None = None, stop_token: int | None = None,
+                 attention_mask: torch.Tensor | None = None, inject: Inject | None = None) -> torch.Tensor:
+        """(B, P) prompt -> (B, steps_taken) new tokens, decoded with a key/value cache.
+
+        temperature 0 is greedy; above 0, tokens are drawn from softmax(logits / temperature) with
+        `generator`. attention_mask (B, P) marks real prompt tokens (pad on the left, so every
+        row's last column is its latest token). With stop_token, a row that has emitted it emits
+        it again from then on, and decoding ends once every row has: steps_taken <= steps.
+        inject is as in forward, its slots counted over prompt columns then generated tokens.
+        """
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if attention_mask is not None and not attention_mask[:, -1].all():
+            raise ValueError("generate needs left padding: every row's last prompt column must be a real token")
+        logits, cache = self(prompt, attention_mask=attention_mask, inject=inject)
+        done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)  # (B,)
         out = []
         for _ in range(steps):
-            token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+            if temperature == 0:
+                token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                probs = (logits[:, -1] / temperature).softmax(dim=-1)  # (B, V)
+                token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            if stop_token is not None:
+                token = token.masked_fill(done[:, None], stop_token)
+                done = done | (token[:, 0] == stop_token)
             out.append(token)
-            if len(out) < steps:
-                logits, cache = self(token, cache)
-        return torch.cat(out, dim=1)
+            if len(out) == steps or (stop_token is not None and bool(done.all())):
+                break
+            if attention_mask is not None:
+                attention_mask = F.pad(attention_mask.bool(), (0, 1), value=True)  # (B, S + 1)
+            logits, cache = self(token, cache, attention_mask=attention_mask, inject=inject)
+        return torch.cat(out, dim=1) if out else prompt.new_zeros(prompt.shape[0], 0)
