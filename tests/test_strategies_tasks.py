@@ -1,0 +1,297 @@
+"""The six-task strategies benchmark: traces, validators, tokenizer and the Parquet splits."""
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from internalize.tasks.strategies import (
+    CHARS,
+    COLUMNS,
+    SPECIALS,
+    TASKS,
+    Tokenizer,
+    Verdict,
+    build_splits,
+    dataset_stats,
+    format_stats,
+    frame,
+    unframe,
+    validate,
+    write_dataset,
+)
+
+SEEDS = range(200)
+SEPARATORS = re.compile(r"([,|;:])")
+
+
+def generated(task_name, seeds=SEEDS):
+    """(seed, problem, input, {strategy: trace}) for one seeded problem per seed."""
+    task = TASKS[task_name]
+    for seed in seeds:
+        problem = task.sample(np.random.default_rng(seed))
+        yield seed, problem, task.format_input(problem), task.traces(problem)
+
+
+# The examples written in each module's docstring, exactly.
+DOCUMENTED = {
+    "list_sum": ("3+5+1+7", {"left_to_right": "3,8,9,16=16", "right_to_left": "7,8,13,16=16", "tree": "8,8|16=16"}),
+    "sorting": ("5213", {"bubble": "2135,1235=1235", "insertion": "2513,1253,1235=1235",
+                         "selection": "1253,1253,1235=1235"}),
+    "grid_path": ("S.#./..../...G", {"right_first": "01,11,12,13,23=RDRRD", "down_first": "10,20,21,22,23=DDRRR",
+                                     "alternating": "01,11,12,22,23=RDRDR"}),
+    "linear_equation": ("3x-6=-21", {"subtract_first": "3x=-21+6,3x=-15,x=-5",
+                                     "divide_first": "x-6/3=-21/3,x-2=-7,x=-5"}),
+    "base_conversion": ("200>16", {"direct": "12r8,0rc=c8", "via_binary": "11001000:1100|1000=c8"}),
+    "addition": ("457+68", {"right_to_left": "5c1,2c1,5c0=525", "place_value": "400,110,15;510,525=525"}),
+}
+
+
+@pytest.mark.parametrize("task_name", list(TASKS))
+def test_documented_examples(task_name):
+    input, expected = DOCUMENTED[task_name]
+    task = TASKS[task_name]
+    assert task.traces(task.parse_input(input)) == expected
+    for strategy, trace in expected.items():
+        assert validate(task_name, input, trace) == Verdict(True, True, frozenset({strategy}))
+
+
+@pytest.mark.parametrize("task_name", list(TASKS))
+def test_every_generated_trace_is_valid_and_labelled(task_name):
+    task = TASKS[task_name]
+    for seed, problem, input, traces in generated(task_name):
+        assert task.parse_input(input) == problem, seed
+        for strategy, trace in traces.items():
+            verdict = validate(task_name, input, trace)
+            assert verdict.parses and verdict.correct and verdict.valid, (seed, strategy, trace, verdict)
+            assert verdict.strategies == {s for s, t in traces.items() if t == trace}, (seed, strategy)
+            assert strategy in verdict.strategies
+
+
+def _steps(trace):
+    """The pieces before the final answer that corruptions may drop or swap: the trace up to its
+    last '=' split at separators, without the last piece (which carries the answer's '=')."""
+    head = trace[:trace.rindex("=")]
+    pieces = SEPARATORS.split(head)
+    return pieces, list(range(0, len(pieces) - 1, 2))
+
+
+def change_digit(trace, rng):
+    spots = [i for i, ch in enumerate(trace) if ch.isdigit()]
+    if not spots:
+        return None
+    i = int(rng.choice(spots))
+    new = str((int(trace[i]) + int(rng.integers(1, 10))) % 10)
+    return trace[:i] + new + trace[i + 1:], i > trace.rindex("=")
+
+
+def drop_step(trace, rng):
+    pieces, eligible = _steps(trace)
+    if not eligible:
+        return None
+    i = int(rng.choice(eligible))
+    return "".join(pieces[:i] + pieces[i + 2:]) + trace[trace.rindex("="):], False
+
+
+def swap_steps(trace, rng):
+    pieces, eligible = _steps(trace)
+    pairs = [(i, j) for i in eligible for j in eligible if i < j and pieces[i] != pieces[j]]
+    if not pairs:
+        return None
+    i, j = pairs[int(rng.integers(len(pairs)))]
+    pieces[i], pieces[j] = pieces[j], pieces[i]
+    return "".join(pieces) + trace[trace.rindex("="):], False
+
+
+def truncate(trace, rng):
+    return trace[: int(rng.integers(0, len(trace)))], True
+
+
+def wrong_answer(task_name, answer):
+    if task_name == "sorting":
+        return answer[::-1]  # distinct digits: never sorted reversed
+    if task_name == "grid_path":
+        return answer + "R"  # one move past the goal
+    if task_name == "base_conversion":
+        return answer[:-1] + ("1" if answer[-1] != "1" else "2")
+    return str(int(answer) + 1)
+
+
+@pytest.mark.parametrize("task_name", list(TASKS))
+def test_corrupted_traces_lose_their_label(task_name):
+    """A changed digit, a dropped step, two swapped steps: the strategy's label goes; the trace
+    stays correct exactly when it still parses and its final answer was not touched. A truncated
+    trace or a wrong final answer is never correct."""
+    rng = np.random.default_rng(1)
+    counts = {"change_digit": 0, "drop_step": 0, "swap_steps": 0, "truncate": 0}
+    for seed, problem, input, traces in generated(task_name):
+        for strategy, trace in traces.items():
+            for corrupt in (change_digit, drop_step, swap_steps, truncate):
+                result = corrupt(trace, rng)
+                if result is None:
+                    continue
+                bad, answer_touched = result
+                assert bad != trace
+                verdict = validate(task_name, input, bad)
+                counts[corrupt.__name__] += 1
+                assert strategy not in verdict.strategies, (corrupt.__name__, trace, bad)
+                if answer_touched:
+                    assert not verdict.correct, (corrupt.__name__, trace, bad)
+                else:
+                    assert verdict.correct == verdict.parses, (corrupt.__name__, trace, bad, verdict)
+            head, answer = trace.rsplit("=", 1)
+            verdict = validate(task_name, input, f"{head}={wrong_answer(task_name, answer)}")
+            assert verdict.parses and not verdict.correct and not verdict.strategies, (trace, verdict)
+            assert verdict.reason == "wrong final answer"
+    # every corruption ran on most traces, so none of the assertions above is vacuous
+    assert min(counts.values()) > len(SEEDS)
+
+
+def test_correct_trace_that_skips_steps_matches_no_strategy():
+    verdict = validate("list_sum", "3+5+1+7", "16=16")
+    assert verdict == Verdict(True, True, frozenset(), "matches no strategy")
+    assert not verdict.valid
+    # grid_path accepts any monotone path to the goal, whichever strategy would walk it
+    verdict = validate("grid_path", "S.#./..../...G", "10,11,12,13,23=DRRRD")
+    assert verdict.parses and verdict.correct and not verdict.strategies
+
+
+def _fuzz_strings(rng, n):
+    alphabet = [chr(c) for c in range(32, 127)] + list("\t\n\x00٣３²é漢😀\ud800")
+    for _ in range(n):
+        length = int(rng.integers(0, 80))
+        yield "".join(alphabet[i] for i in rng.integers(len(alphabet), size=length))
+
+
+def _assert_verdict(verdict):
+    assert isinstance(verdict, Verdict)
+    assert isinstance(verdict.parses, bool) and isinstance(verdict.correct, bool)
+    assert isinstance(verdict.strategies, frozenset) and isinstance(verdict.reason, str)
+    assert verdict.parses or not (verdict.correct or verdict.strategies)
+
+
+def test_validator_never_raises_on_arbitrary_text():
+    rng = np.random.default_rng(0)
+    valid = {name: next(generated(name, [0])) for name in TASKS}
+    names = list(TASKS) + ["", "no_such_task", "LIST_SUM"]
+    oddities = ["", " ", "=", "==", "9" * 5000, "1," * 100_000 + "=1", "x" * 1_000_000, "٣,٣=٣", "３+５+１",
+                "\x00", "😀" * 1000, "<bos>", "0" * 1999]
+    for name in names:
+        strings = list(_fuzz_strings(rng, 300)) + oddities
+        for text in strings:
+            for input, trace in ((text, text), (text, "1=1")):
+                _assert_verdict(validate(name, input, trace))
+            if name in valid:
+                _, _, input, traces = valid[name]
+                for trace in traces.values():
+                    _assert_verdict(validate(name, input, text))
+                    cut = int(rng.integers(0, len(trace) + 1))
+                    _assert_verdict(validate(name, input, trace[:cut] + text))  # a valid prefix, then garbage
+                    _assert_verdict(validate(name, input + text, trace))
+    for args in ((None, None, None), ("list_sum", 5, "1=1"), ("list_sum", "1+2+3", b"3,3=6"), (["a"], {}, 1.5)):
+        verdict = validate(*args)
+        _assert_verdict(verdict)
+        assert not verdict.parses and verdict.reason
+
+
+def test_unicode_digits_are_not_digits():
+    assert not validate("list_sum", "3+5+1", "3,8,9=٩").parses
+    assert not validate("list_sum", "٣+5+1", "3,8,9=9").parses
+    assert not validate("addition", "457+68", "5c1,2c1,5c0=５２５").parses
+
+
+@pytest.fixture(scope="module")
+def stats_500():
+    return dataset_stats(build_splits(seed=0, per_task=500))
+
+
+def test_strategies_mostly_write_different_traces(stats_500):
+    print("\n" + format_stats(stats_500))
+    for name, task in stats_500["tasks"].items():
+        assert task["coinciding_share"] < 0.5, name
+
+
+def test_tokenizer_round_trips_every_framed_text():
+    tokenizer = Tokenizer()
+    assert len(tokenizer) == len(set(tokenizer.vocab)) == len(SPECIALS) + len(CHARS)
+    for split in build_splits(seed=0, per_task=200).values():
+        for input, trace, text in zip(split["input"], split["trace"], split["text"]):
+            assert set(input + trace) <= set(CHARS)
+            assert text == frame(input, trace) and unframe(text) == (input, trace)
+            ids = tokenizer.encode(text)
+            assert len(ids) == 9 + len(input) + len(trace)  # nine frame tokens, one per character
+            assert tokenizer.decode(ids) == text
+    assert tokenizer.encode("<z_empty>") == [tokenizer.id("<z_empty>")]
+
+
+@pytest.mark.parametrize("text, bad", [("<x>3+4 </x>", "' '"), ("é", "'é'"), ("<x>A</x>", "'A'"), ("<q>", "'<'")])
+def test_tokenizer_rejects_unknown_characters(text, bad):
+    with pytest.raises(ValueError, match=re.escape(bad)):
+        Tokenizer().encode(text)
+
+
+def _closed_form_answer(task, problem, moves):
+    """Each task's answer computed here, independently of the task modules."""
+    if task == "list_sum":
+        return str(sum(problem["digits"]))
+    if task == "sorting":
+        return "".join(str(d) for d in sorted(problem["digits"]))
+    if task == "linear_equation":
+        x = (problem["c"] - problem["b"]) // problem["a"]
+        assert problem["a"] * x + problem["b"] == problem["c"]
+        return str(x)
+    if task == "base_conversion":
+        return np.base_repr(problem["number"], problem["base"]).lower()
+    if task == "addition":
+        return str(problem["a"] + problem["b"])
+    (r, c), grid = problem["start"], problem["grid"]  # grid_path: the moves must walk to the goal
+    for move in moves:
+        r, c = (r, c + 1) if move == "R" else (r + 1, c)
+        assert grid[r][c] == "."
+    assert [r, c] == problem["goal"]
+    return moves
+
+
+def test_write_dataset(tmp_path):
+    stats = write_dataset(tmp_path / "a", seed=0, per_task=600)
+    write_dataset(tmp_path / "b", seed=0, per_task=600)
+    write_dataset(tmp_path / "c", seed=1, per_task=600)
+    splits = {}
+    for split, size in (("train", 480), ("validation", 60), ("test", 60)):
+        path = tmp_path / "a" / f"{split}.parquet"
+        assert path.read_bytes() == (tmp_path / "b" / f"{split}.parquet").read_bytes()
+        assert path.read_bytes() != (tmp_path / "c" / f"{split}.parquet").read_bytes()
+        frame_ = pd.read_parquet(path)
+        assert list(frame_.columns) == COLUMNS
+        assert (frame_.groupby("task").size() == size).all() and set(frame_["task"]) == set(TASKS)
+        splits[split] = frame_
+    assert stats["splits"] == {"train": 2880, "validation": 360, "test": 360}
+    keys = {split: set(zip(f["task"], f["input"])) for split, f in splits.items()}
+    assert sum(len(k) for k in keys.values()) == 3600  # no input twice, within or across splits
+    every = pd.concat(splits.values(), ignore_index=True)
+    for row in every.itertuples():
+        problem = json.loads(row.problem)
+        assert TASKS[row.task].format_input(problem) == row.input
+        assert row.answer == row.trace.rsplit("=", 1)[1] == _closed_form_answer(row.task, problem, row.answer)
+        assert row.text == frame(row.input, row.trace)
+        verdict = validate(row.task, row.input, row.trace)
+        assert verdict.valid and row.strategy in verdict.strategies
+    for name, task in TASKS.items():
+        shares = every[every["task"] == name]["strategy"].value_counts(normalize=True)
+        assert set(shares.index) == set(task.strategies)
+        assert (abs(shares - 1 / len(task.strategies)) < 0.1).all(), (name, shares)
+        assert stats["tasks"][name]["strategy_share"] == pytest.approx(shares.to_dict())
+
+
+def test_problem_json_keys():
+    splits = build_splits(seed=0, per_task=10)
+    keys = {task: set(json.loads(p)) for task, p in zip(splits["test"]["task"], splits["test"]["problem"])}
+    assert keys == {"list_sum": {"digits"}, "sorting": {"digits"}, "grid_path": {"grid", "start", "goal"},
+                    "linear_equation": {"a", "b", "c"}, "base_conversion": {"number", "base"},
+                    "addition": {"a", "b"}}
+
+
+def test_too_few_examples_per_task_is_refused():
+    with pytest.raises(ValueError, match="per_task"):
+        build_splits(seed=0, per_task=3)
