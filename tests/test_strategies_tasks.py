@@ -176,7 +176,8 @@ def test_validator_never_raises_on_arbitrary_text():
     valid = {name: next(generated(name, [0])) for name in TASKS}
     names = list(TASKS) + ["", "no_such_task", "LIST_SUM"]
     oddities = ["", " ", "=", "==", "9" * 5000, "1," * 100_000 + "=1", "x" * 1_000_000, "٣,٣=٣", "３+５+１",
-                "\x00", "😀" * 1000, "<bos>", "0" * 1999]
+                "\x00", "😀" * 1000, "<bos>", "0" * 1999,
+                "9" * 1990 + ">16", "1" * 1900 + "+" + "1" * 99, "9" * 1999]
     for name in names:
         strings = list(_fuzz_strings(rng, 300)) + oddities
         for text in strings:

@@ -11,7 +11,14 @@ from internalize.tasks.strategies.dataset import (
     format_stats,
     write_dataset,
 )
-from internalize.tasks.strategies.tokenizer import CHARS, SPECIALS, Tokenizer, frame, prompt, unframe
+from internalize.tasks.strategies.tokenizer import (
+    CHARS,
+    SPECIALS,
+    Tokenizer,
+    frame,
+    prompt,
+    unframe,
+)
 
 __all__ = [
     "CHARS", "COLUMNS", "DEFAULT_PER_TASK", "SPECIALS", "TASKS", "Task", "Tokenizer", "Verdict",

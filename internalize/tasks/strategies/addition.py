@@ -48,7 +48,7 @@ def parse_input(text: str) -> dict:
 def trace(problem: dict, strategy: str) -> str:
     a, b = problem["a"], problem["b"]
     width = max(len(str(a)), len(str(b)))
-    digit = lambda n, place: n // 10**place % 10  # noqa: E731
+    digit = lambda n, place: n // 10**place % 10
     if strategy == "right_to_left":
         steps, carry = [], 0
         for place in range(width):

@@ -1,7 +1,14 @@
 """The six tasks by name, and the validator that scores any (input, trace) pair."""
 from __future__ import annotations
 
-from internalize.tasks.strategies import addition, base_conversion, grid_path, linear_equation, list_sum, sorting
+from internalize.tasks.strategies import (
+    addition,
+    base_conversion,
+    grid_path,
+    linear_equation,
+    list_sum,
+    sorting,
+)
 from internalize.tasks.strategies.common import MAX_CHARS, Task, Verdict, final_answer
 
 TASKS: dict[str, Task] = {
@@ -17,7 +24,7 @@ def validate(task: str, input: str, trace: str) -> Verdict:
     canonical trace on `input` is exactly `trace`. Never raises: it scores model samples."""
     try:
         return _validate(task, input, trace)
-    except Exception as error:  # a bug here must cost one sample, not an evaluation run
+    except Exception as error:  # noqa: BLE001 - a bug here must cost one sample, not an evaluation run
         return Verdict(False, False, _NONE, f"validator error: {type(error).__name__}")
 
 

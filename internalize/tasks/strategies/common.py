@@ -8,8 +8,8 @@ final answer after the trace's last '=', so one rule reads the answer of any tas
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -45,11 +45,11 @@ class Task:
     sample: Callable[[np.random.Generator], dict]  # a problem, JSON-ready
     format_input: Callable[[dict], str]
     parse_input: Callable[[str], dict]  # raises ValueError on anything format_input cannot write
-    trace: Callable[[dict, str], "str | None"]  # None where the strategy cannot finish (grid_path)
+    trace: Callable[[dict, str], str | None]  # None where the strategy cannot finish (grid_path)
     grammar: re.Pattern
     is_correct: Callable[[dict, str], bool]  # (problem, final answer text)
 
-    def traces(self, problem: dict) -> dict[str, "str | None"]:
+    def traces(self, problem: dict) -> dict[str, str | None]:
         return {s: self.trace(problem, s) for s in self.strategies}
 
 

@@ -16,8 +16,8 @@ from internalize.tasks.strategies.benchmark import TASKS
 from internalize.tasks.strategies.common import Task, final_answer
 from internalize.tasks.strategies.tokenizer import Tokenizer, frame
 
-# 3,000 per task is 18,000 examples, 14,400 for training: enough for a width-96 GPT to fit the
-# mixture in a few thousand CPU steps (specs/strategies.md, "Calibration").
+# 3,000 per task is 18,000 examples, 14,400 for training: the spec's calibration (6,000 steps of
+# batch 96, specs/strategies.md) sees each about 40 times. Sized for a CPU model; not yet trained on.
 DEFAULT_PER_TASK = 3000
 SPLITS = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
 COLUMNS = ["task", "strategy", "input", "trace", "answer", "text", "problem"]

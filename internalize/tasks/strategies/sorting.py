@@ -79,7 +79,7 @@ def trace(problem: dict, strategy: str) -> str:
     if strategy not in _SORTS:
         raise unknown_strategy(NAME, strategy)
     states = _SORTS[strategy](list(problem["digits"]))
-    text = lambda xs: "".join(str(d) for d in xs)  # noqa: E731
+    text = lambda xs: "".join(str(d) for d in xs)
     return ",".join(text(s) for s in states) + "=" + text(sorted(problem["digits"]))
 
 

@@ -41,6 +41,10 @@ class Tokenizer:
         return len(self.vocab)
 
     @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
     def pad_id(self) -> int:
         return self.ids["<pad>"]
 
