@@ -1,3 +1,4 @@
+import contextlib
 import json
 
 import pytest
@@ -25,3 +26,31 @@ def without_timings(summary):
     """A summary with its wall-clock figures dropped: what must repeat exactly."""
     drop = lambda d: {k: v for k, v in d.items() if k not in TIMINGS}  # noqa: E731
     return {**drop(summary), "per_stage": [drop(s) for s in summary["per_stage"]]}
+
+
+@contextlib.contextmanager
+def unpickling_refused():
+    """While open, every unpickling entry point in this process raises AssertionError("unpickled"):
+    pickle.load/loads (and their pure-Python twins), pickle.Unpickler, torch.load, torch.serialization.load."""
+    import pickle
+
+    import torch
+    import torch.serialization
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("unpickled")
+
+    class Refused:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("unpickled")
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("load", "loads", "_load", "_loads"):
+            if hasattr(pickle, name):
+                patch.setattr(pickle, name, refuse)
+        for name in ("Unpickler", "_Unpickler"):
+            if hasattr(pickle, name):
+                patch.setattr(pickle, name, Refused)
+        patch.setattr(torch, "load", refuse)
+        patch.setattr(torch.serialization, "load", refuse)  # today the same object as torch.load; patched anyway
+        yield

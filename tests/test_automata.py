@@ -83,7 +83,7 @@ def test_ood_skew_puts_its_mass_on_the_last_action():
 
 def encode_one(system, stage, seed=0):
     actions, states = system.task.sample(3, torch.Generator().manual_seed(seed))
-    removed = system.curriculum.sample_removed(stage, system.thinking, 3, torch.Generator())
+    removed = system.curriculum.sample_removed(stage, system.thinking, 3, torch.Generator().manual_seed(seed))
     return actions, states, *system.encode(actions, states, removed)
 
 
@@ -142,6 +142,7 @@ def test_bare_answer_follows_sep_only_when_no_cot_is_left():
     assert plain.answer_accuracy(actions, states, removed) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("curriculum,headline", [("e2e", "id_accuracy"), ("mixture", "direct_id_accuracy"),
                                                  ("inductive", "id_accuracy")])
 def test_every_regime_is_evaluated_in_its_own_format(cli, tmp_path, curriculum, headline):
@@ -156,6 +157,7 @@ def test_every_regime_is_evaluated_in_its_own_format(cli, tmp_path, curriculum, 
     assert (out / "figures" / f"{headline}.png").exists()
 
 
+@pytest.mark.slow
 def test_smoke_run_of_the_regimes_config_learns_something(cli, tmp_path):
     from tests.conftest import read_summary
 

@@ -125,6 +125,6 @@ def test_a_full_disk_mid_run_is_one_clear_line(cli, tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Run, "checkpoint", full)
-    result = cli("run", "logicot", "--smoke", "--out", tmp_path / "run")
+    result = cli("run", "logicot", "--smoke", "--set", "train.checkpoint_every=1", "--out", tmp_path / "run")
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1 and "No space left on device" in lines[0], result.output

@@ -82,6 +82,7 @@ def run(tmp_path, name, *overrides):
     return execute(config, tmp_path / name, show=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_internalization_ends_with_the_support_as_the_answer_row(tmp_path, seed):
     summary = run(tmp_path, "sparse_parity_internalize", f"seed={seed}")
@@ -94,6 +95,7 @@ def test_internalization_ends_with_the_support_as_the_answer_row(tmp_path, seed)
     assert summary["direct_row_is_support"] and summary["direct_row_support"] == summary["support"]
 
 
+@pytest.mark.slow
 def test_end_to_end_from_the_same_start_and_budget_stays_at_chance(tmp_path):
     summary = run(tmp_path, "sparse_parity_e2e")
     assert summary["samples_seen"] == 4 * 20_000 and summary["steps"] == 4
@@ -101,10 +103,20 @@ def test_end_to_end_from_the_same_start_and_budget_stays_at_chance(tmp_path):
     assert not summary["direct_row_is_support"]
 
 
-def test_without_rounding_the_row_is_not_integer(tmp_path):
+@pytest.mark.slow
+def test_without_rounding_the_row_is_not_integer(tmp_path, monkeypatch):
+    import internalize.experiments
+
+    systems, build_system = [], internalize.experiments.build
+    keep = lambda config: systems.append(build_system(config)) or systems[-1]  # noqa: E731
+    monkeypatch.setattr(internalize.experiments, "build", keep)
     summary = run(tmp_path, "sparse_parity_internalize", "train.mode=experiment", "train.optimizer=row_step",
                   "train.advance=steps", "train.steps_per_stage=1", "train.batch_size=20000", "model.quantize=false")
+    row = torch.tensor(systems[0].direct_row())  # the answer slot's scores over the bits, as trained
+    assert row.shape == (16,) and torch.isfinite(row).all() and (row >= 0).all()  # clamped, not rounded
+    assert (row - row.round()).abs().max() > 0.1  # some score lies well between two integers
     assert not summary["direct_row_is_support"]
+    assert summary["direct_row_support"] == [i for i, w in enumerate(row.tolist()) if w != 0]
 
 
 @pytest.mark.parametrize("override,message", [

@@ -81,6 +81,7 @@ def test_a_bad_sweep_writes_nothing(cli, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_local_and_ray_sweeps_of_8_runs_give_identical_tables(cli, tmp_path):
     pytest.importorskip("ray")
     file = write(tmp_path, SMALL)
@@ -99,6 +100,7 @@ def test_local_and_ray_sweeps_of_8_runs_give_identical_tables(cli, tmp_path):
     assert (local / "results.csv").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_run_is_recorded_and_the_others_finish(cli, tmp_path):
     plain = SMALL.split("report:")[0]  # its figure is of task.k, which this sweep does not vary
     file = write(tmp_path, plain.replace("task.k: [4, 8]", "train.lr: [0.1, .inf]").replace("[0, 1, 2, 3]", "[0, 1]"))
@@ -115,6 +117,7 @@ def test_a_failing_run_is_recorded_and_the_others_finish(cli, tmp_path):
     assert again.exit_code == 1 and "2 run now, 2 already finished, 2 failed" in again.output
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_restarts_where_it_stopped(tmp_path):
     slow = SMALL.replace("scale: smoke", "scale: smoke\nset: {train.advance: steps, train.steps_per_stage: 150, "
                                             "train.eval_every: 1, train.checkpoint_every: 10}")
@@ -260,6 +263,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_pool_worker_exits_when_its_sweep_process_is_killed(tmp_path):
     script, pid_file = tmp_path / "sweeper.py", tmp_path / "worker.pid"
     script.write_text(WORKER_SCRIPT)
