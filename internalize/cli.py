@@ -117,6 +117,34 @@ def report_command(directory: Path = typer.Argument(..., help="a sweep directory
         fail(str(err))
 
 
+DATASETS = ("strategies",)
+
+
+@app.command()
+def data(
+    name: str = typer.Argument(..., help="the dataset: strategies (the six-task multi-strategy benchmark)"),
+    out: Path = typer.Option(..., "--out", help="directory for train/validation/test.parquet"),
+    seed: int = typer.Option(0, "--seed", help="draws every input and strategy"),
+    per_task: Optional[int] = typer.Option(None, "--per-task", help="examples per task over the three splits"),
+) -> None:
+    """Write a benchmark's splits as Parquet and print its per-task statistics."""
+    if name not in DATASETS:
+        fail(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}")
+    from internalize.tasks.strategies import DEFAULT_PER_TASK, format_stats, write_dataset
+
+    existing = [f.name for f in (out / f"{s}.parquet" for s in ("train", "validation", "test")) if f.exists()]
+    if existing:
+        fail(f"{out} already holds {', '.join(existing)}; choose another --out")
+    try:
+        stats = write_dataset(out, seed, DEFAULT_PER_TASK if per_task is None else per_task)
+    except ValueError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(f"cannot write to {out}: {err.strerror or err}", code=1)
+    console.print(format_stats(stats), highlight=False, markup=False)
+    console.print(f"wrote {out}/train.parquet, validation.parquet, test.parquet", highlight=False)
+
+
 @app.command()
 def reference(out: Optional[Path] = typer.Option(None, "--out", help="write it here (default: print it)")) -> None:
     """The config reference (docs/config.md), generated from the typed configs."""

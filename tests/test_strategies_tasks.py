@@ -296,3 +296,17 @@ def test_problem_json_keys():
 def test_too_few_examples_per_task_is_refused():
     with pytest.raises(ValueError, match="per_task"):
         build_splits(seed=0, per_task=3)
+
+
+def test_the_data_command_writes_the_splits_and_refuses_bad_input(cli, tmp_path):
+    out = tmp_path / "data"
+    result = cli("data", "strategies", "--out", out, "--per-task", 30, "--seed", 3)
+    assert result.exit_code == 0, result.output
+    assert "list_sum" in result.output and "coinciding" in result.output
+    assert len(pd.read_parquet(out / "train.parquet")) == 6 * 24
+    for args, message in ((("strategies", "--out", out), "already holds"),
+                          (("strategy", "--out", tmp_path / "x"), "unknown dataset 'strategy'"),
+                          (("strategies", "--out", tmp_path / "y", "--per-task", 2), "per_task must be at least")):
+        result = cli("data", *args)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
