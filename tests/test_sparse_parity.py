@@ -130,9 +130,10 @@ def test_bad_sparse_parity_configs_are_refused(override, message):
 
 
 def test_sparse_parity_needs_the_linear_attention_model():
-    with pytest.raises(ValueError, match="model gpt cannot learn task sparse_parity; use model.name=linear_attention"):
-        Config.model_validate(dict(experiment="x", task=dict(name="sparse_parity"), model=dict(name="gpt")))
-    assert Config.model_validate(dict(experiment="x", task=dict(name="sparse_parity"))).model.name == "linear_attention"
+    with pytest.raises(ValueError, match="system sparse_parity cannot train model gpt; use model.name=linear_attention"):
+        Config.model_validate(dict(experiment="x", system="sparse_parity", model=dict(name="gpt")))
+    config = Config.model_validate(dict(experiment="x", system="sparse_parity"))
+    assert (config.task.name, config.model.name) == ("sparse_parity", "linear_attention")
 
 
 def test_e2e_gets_the_internalization_budget():
