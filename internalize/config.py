@@ -75,6 +75,23 @@ class SparseParityTask(Strict):
         return 20_000, self.k
 
 
+class StrategiesTask(Strict):
+    name: Literal["strategies"] = "strategies"
+    data: Optional[str] = None  # a directory from `internalize data strategies`; None: drawn in memory
+    data_seed: int = 0  # draws the benchmark when task.data is None (apart from the training seed)
+    per_task: int = 3000  # examples per task over the three splits, when drawn in memory
+    tasks: list[str] = []  # a subset of the six tasks (empty: all of them)
+
+    @model_validator(mode="after")
+    def _known(self):
+        from internalize.tasks.strategies import TASKS
+
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown:
+            raise ValueError(f"unknown task {unknown[0]!r}; the benchmark has {', '.join(TASKS)}")
+        return self
+
+
 class GPTModel(Strict):
     name: Literal["gpt"] = "gpt"
     width: int = 128  # residual stream width
@@ -166,7 +183,7 @@ class EvalConfig(Strict):
 
 
 # The task and model configs a Config may hold; a new one is its class plus one entry here.
-TASKS = (ParityTreeTask, AutomatonTask, SparseParityTask)
+TASKS = (ParityTreeTask, AutomatonTask, SparseParityTask, StrategiesTask)
 MODELS = (LogICoTModel, GPTModel, LinearAttentionModel)
 
 

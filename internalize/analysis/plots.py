@@ -152,3 +152,26 @@ def attention_patterns(patterns: dict[int, np.ndarray], labels: list[str], path:
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def grouped_bars(groups: dict[str, dict[str, float]], path: Path, ylabel: str, title: str = "",
+                 ylim: tuple[float, float] | None = None) -> None:
+    """One cluster of bars per group (a task, a strategy), one bar per series inside it."""
+    series = list(dict.fromkeys(k for bars in groups.values() for k in bars))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(5, 0.55 * len(groups) * len(series) + 1.5), 3.6))
+    xs = np.arange(len(groups))
+    for i, name in enumerate(series):
+        ax.bar(xs + (i - (len(series) - 1) / 2) * width, [bars.get(name, np.nan) for bars in groups.values()],
+               width, label=name, color=f"C{i}")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(list(groups), fontsize=7 if len(groups) > 8 else 9)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3, lw=0.4)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

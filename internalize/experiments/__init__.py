@@ -27,6 +27,7 @@ SYSTEMS: dict[str, Entry] = {
     "automata": Entry("internalize.experiments.automata:AutomataSystem", ("automaton",), ("gpt",)),
     "sparse_parity": Entry("internalize.experiments.sparse_parity:SparseParitySystem", ("sparse_parity",),
                            ("linear_attention",)),
+    "strategies_base": Entry("internalize.experiments.strategies:StrategiesBaseSystem", ("strategies",), ("gpt",)),
 }
 
 

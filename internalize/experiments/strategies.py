@@ -1,0 +1,249 @@
+"""The base model of the latent-strategies system: the toolkit's GPT on the six-task benchmark.
+
+Each example is framed as <bos><x>input</x><z><z_empty></z><y>trace</y><eos>; the strategy that
+wrote the trace is never shown. The loss is cross-entropy on the response (the trace, </y> and
+<eos>), teacher forced. One stage (`full_cot`) of train.steps_per_stage steps.
+
+Evaluation, on the test split: prompts up to <y>, left-padded into one batch, generated with the
+key/value cache until <eos>. A sample is *faithful* when the task's validator says it parses, its
+answer is right and it is some strategy's trace (sampled at temperature 1, greedy beside it). The
+strategy shares of the samples are set against the data's (each trace's credit split evenly over
+the strategies that write it), and the response loss (nats per response) against the data's
+strategy entropy, the floor of that loss for a model that knows every strategy but not which one
+an example used.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from internalize.analysis import plots
+from internalize.config import Config
+from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
+from internalize.models.gpt import GPT, GPTConfig
+from internalize.system import Stage, System
+from internalize.tasks.strategies import COLUMNS, TASKS, Tokenizer, Verdict, build_splits, prompt, validate
+
+SPLITS = ("train", "validation", "test")
+UNCLOSED = Verdict(False, False, frozenset(), "the sample never wrote </y>")
+
+
+def load_splits(task) -> dict[str, pd.DataFrame]:
+    """The benchmark's splits: read from task.data (written by `internalize data strategies`), or drawn
+    in memory from task.data_seed; restricted to task.tasks. Bad data is a ValueError (one line)."""
+    if task.data is None:
+        frames = build_splits(task.data_seed, task.per_task)
+    else:
+        folder = Path(task.data)
+        if not folder.is_dir():
+            raise ValueError(f"task.data: no data directory {folder} (write one with `internalize data strategies "
+                             f"--out {folder}`)")
+        frames = {}
+        for split in SPLITS:
+            file = folder / f"{split}.parquet"
+            try:
+                frames[split] = pd.read_parquet(file)
+            except FileNotFoundError:
+                raise ValueError(f"task.data: {file} is missing") from None
+            except Exception as err:  # noqa: BLE001 - pyarrow raises many kinds for a damaged file
+                raise ValueError(f"task.data: cannot read {file} ({type(err).__name__})") from None
+            missing = [c for c in COLUMNS if c not in frames[split].columns]
+            if missing:
+                raise ValueError(f"task.data: {file} lacks the columns {', '.join(missing)}")
+    if task.tasks:
+        frames = {split: f[f["task"].isin(task.tasks)].reset_index(drop=True) for split, f in frames.items()}
+    for split, f in frames.items():
+        if f.empty:
+            raise ValueError(f"task.data: the {split} split has no examples")
+    return frames
+
+
+def credit(verdicts, strategies: tuple[str, ...]) -> dict[str, float] | None:
+    """Each valid trace's credit split over the strategies that write it; shares over the valid ones
+    (None when none is valid)."""
+    totals = dict.fromkeys(strategies, 0.0)
+    valid = [v for v in verdicts if v.valid]
+    if not valid:
+        return None
+    for verdict in valid:
+        for s in verdict.strategies:
+            totals[s] += 1 / len(verdict.strategies)
+    return {s: t / max(1, len(valid)) for s, t in totals.items()}
+
+
+def strategy_entropy(task: str, problem: dict) -> float:
+    """Entropy (nats) of the response given the input, strategies uniform: coinciding traces merge."""
+    traces = list(TASKS[task].traces(problem).values())
+    counts = np.unique(traces, return_counts=True)[1] / len(traces)
+    return float(-(counts * np.log(counts)).sum())
+
+
+class StrategiesBaseSystem(System):
+    headline = "fidelity"
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.device = device_for(config)
+        self.tokenizer = tok = Tokenizer()
+        self.frames = load_splits(config.task)
+        self.names = [t for t in TASKS if t in set(self.frames["train"]["task"])]
+        self.stage_metrics = {"fidelity": None, "fidelity_greedy": None}
+        self.data = {split: self.encode(f) for split, f in self.frames.items()}
+        longest = max(d[0].shape[1] for d in self.data.values())
+        m = config.model
+        self.model = GPT(GPTConfig(len(tok), longest + 8, m.width, m.depth, m.heads)).to(self.device)
+        self.num_stages = 1
+        gen = torch.Generator().manual_seed(config.seed + VAL_SEED)
+        self.val = self.subset("validation", config.train.val_size, gen)
+        self.test_rows = self.pick("test", config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
+        self.last: dict = {}
+
+    # -- data ----------------------------------------------------------------------------------
+    def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded tokens (N, L) and the response mask (N, L): trace, </y> and <eos>."""
+        ids = [self.tokenizer.encode(text) for text in frame["text"]]
+        start = [len(self.tokenizer.encode(prompt(x))) for x in frame["input"]]
+        tokens = torch.full((len(ids), max(map(len, ids))), self.tokenizer.pad_id, dtype=torch.long)
+        response = torch.zeros_like(tokens, dtype=torch.bool)
+        for i, (row, s) in enumerate(zip(ids, start)):
+            tokens[i, :len(row)] = torch.tensor(row)
+            response[i, s:len(row)] = True
+        return tokens, response
+
+    def pick(self, split: str, size: int, generator: torch.Generator) -> torch.Tensor:
+        n = len(self.frames[split])
+        return torch.randperm(n, generator=generator)[:min(size, n)]
+
+    def subset(self, split: str, size: int, generator: torch.Generator):
+        rows = self.pick(split, size, generator)
+        return tuple(t[rows] for t in self.data[split])
+
+    def sample(self, batch_size: int, generator: torch.Generator):
+        rows = torch.randint(len(self.frames["train"]), (batch_size,), generator=generator)
+        tokens, response = (t[rows] for t in self.data["train"])
+        width = int((tokens != self.tokenizer.pad_id).sum(1).max())  # drop the all-pad columns
+        return tokens[:, :width].to(self.device), response[:, :width].to(self.device)
+
+    # -- training ------------------------------------------------------------------------------
+    def response_losses(self, tokens: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
+        """(B,) summed cross-entropy over each row's response tokens (nats per response)."""
+        logits, _ = self.model(tokens[:, :-1])  # (B, L-1, V)
+        losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, L-1)
+        return (losses * response[:, 1:]).sum(1)
+
+    def loss_of(self, batch) -> torch.Tensor:
+        tokens, response = batch
+        return self.response_losses(tokens, response).sum() / response[:, 1:].sum()  # nats per response token
+
+    def stage(self, index: int) -> Stage:
+        val = tuple(t.to(self.device) for t in self.val)
+
+        @torch.no_grad()
+        def validate_loss() -> float:
+            return float(self.loss_of(val))
+
+        return Stage(info={}, params=list(self.model.parameters()), sample=self.sample, loss=self.loss_of,
+                     validate=validate_loss)
+
+    # -- evaluation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, frame: pd.DataFrame, temperature: float, generator: torch.Generator,
+                 batch: int = 256) -> list[str]:
+        """The trace each prompt's sample writes (the text before </y>; None when it never closes)."""
+        tok, out = self.tokenizer, []
+        longest = max(len(t) for t in frame["trace"]) + 8
+        for lo in range(0, len(frame), batch):
+            prompts = [tok.encode(prompt(x)) for x in frame["input"].iloc[lo:lo + batch]]
+            width = max(map(len, prompts))
+            ids = torch.full((len(prompts), width), tok.pad_id, dtype=torch.long)
+            mask = torch.zeros_like(ids, dtype=torch.bool)
+            for i, p in enumerate(prompts):  # left padding: every prompt ends at the last column
+                ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), True
+            steps = min(longest, self.model.cfg.max_len - width)
+            new = self.model.generate(ids.to(self.device), steps, temperature=temperature, generator=generator,
+                                      stop_token=tok.id("<eos>"), attention_mask=mask.to(self.device))
+            for row in new.cpu().tolist():
+                text = tok.decode(row)
+                out.append(text.split("</y>")[0] if "</y>" in text else None)
+        return out
+
+    def fidelity(self, temperature: float, seed: int) -> tuple[dict, dict]:
+        """Per task: the share of faithful samples, and the verdicts."""
+        frame = self.frames["test"].iloc[self.test_rows.tolist()]
+        traces = self.generate(frame, temperature, torch.Generator(device=self.device).manual_seed(seed))
+        verdicts = {name: [] for name in self.names}
+        for task, x, trace in zip(frame["task"], frame["input"], traces):
+            verdicts[task].append(UNCLOSED if trace is None else validate(task, x, trace))
+        shares = {name: float(np.mean([v.valid for v in vs])) for name, vs in verdicts.items() if vs}
+        return shares, verdicts
+
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        seed = self.config.seed + TEST_SEED
+        sampled, verdicts = self.fidelity(1.0, seed)
+        greedy, _ = self.fidelity(0.0, seed)
+        self.model.train()
+        self.last = dict(sampled=sampled, greedy=greedy, verdicts=verdicts)
+        return dict(fidelity=float(np.mean(list(sampled.values()))), fidelity_greedy=float(np.mean(list(greedy.values()))))
+
+    @torch.no_grad()
+    def response_loss_and_entropy(self) -> tuple[dict, dict]:
+        frame = self.frames["test"].iloc[self.test_rows.tolist()]
+        tokens, response = (t[self.test_rows].to(self.device) for t in self.data["test"])
+        self.model.eval()
+        losses = torch.cat([self.response_losses(tokens[i:i + 256], response[i:i + 256])
+                            for i in range(0, len(tokens), 256)]).cpu().numpy()
+        self.model.train()
+        entropy = np.array([strategy_entropy(t, json.loads(p)) for t, p in zip(frame["task"], frame["problem"])])
+        tasks = frame["task"].to_numpy()
+        return ({n: float(losses[tasks == n].mean()) for n in self.names},
+                {n: float(entropy[tasks == n].mean()) for n in self.names})
+
+    def summary(self) -> dict:
+        if not self.last:
+            self.evaluate()
+        sampled, greedy, verdicts = self.last["sampled"], self.last["greedy"], self.last["verdicts"]
+        frame = self.frames["test"].iloc[self.test_rows.tolist()]
+        data_verdicts = {n: [validate(n, x, y) for x, y in zip(g["input"], g["trace"])]
+                         for n, g in frame.groupby("task", sort=False)}
+        model_shares = {n: credit(verdicts[n], TASKS[n].strategies) for n in self.names}
+        data_shares = {n: credit(data_verdicts[n], TASKS[n].strategies) for n in self.names}
+        tv = {n: 0.5 * sum(abs(model_shares[n][s] - data_shares[n][s]) for s in TASKS[n].strategies)
+              if model_shares[n] else None for n in self.names}
+        loss, entropy = self.response_loss_and_entropy()
+        mean = lambda d: float(np.mean([v for v in d.values() if v is not None])) if any(  # noqa: E731
+            v is not None for v in d.values()) else None
+        return dict(fidelity=mean(sampled), fidelity_greedy=mean(greedy), share_tv=mean(tv),
+                    response_loss=mean(loss), strategy_entropy=mean(entropy),
+                    per_task={n: dict(fidelity=sampled[n], fidelity_greedy=greedy[n], share_tv=tv[n],
+                                      response_loss=loss[n], strategy_entropy=entropy[n],
+                                      strategy_shares=model_shares[n], data_strategy_shares=data_shares[n])
+                              for n in self.names},
+                    tasks=self.names, parameters=sum(p.numel() for p in self.model.parameters()),
+                    test_examples=len(self.test_rows))
+
+    def figures(self, folder: Path, per_stage: list[dict]) -> None:
+        summary = self.summary()
+        per_task = summary["per_task"]
+        plots.grouped_bars({n: {"sampled (T = 1)": per_task[n]["fidelity"], "greedy": per_task[n]["fidelity_greedy"]}
+                            for n in self.names}, folder / "fidelity.png", "fidelity", "base model: fidelity per task",
+                           ylim=(0, 1.05))
+        bars = {f"{n}\n{s}": {"samples": (per_task[n]["strategy_shares"] or {}).get(s, np.nan),
+                               "data": per_task[n]["data_strategy_shares"][s]}
+                for n in self.names for s in TASKS[n].strategies}
+        plots.grouped_bars(bars, folder / "strategy_shares.png", "share of valid traces",
+                           "base model: strategy shares of its samples against the data's", ylim=(0, 1.05))
+
+    @staticmethod
+    def describe(summary: dict) -> str:
+        worst = min(summary["per_task"].items(), key=lambda kv: kv[1]["fidelity"])
+        return (f"fidelity {summary['fidelity']:.3f} sampled, {summary['fidelity_greedy']:.3f} greedy "
+                f"(lowest: {worst[0]} {worst[1]['fidelity']:.3f}); strategy shares off the data's by "
+                + ("n/a" if summary["share_tv"] is None else f"{summary['share_tv']:.3f}")
+                + f" (total variation); response loss {summary['response_loss']:.3f} "
+                f"nats against the strategy entropy {summary['strategy_entropy']:.3f}")
