@@ -33,6 +33,10 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
         assert len(summary["child_attention_mass"]) == summary["layers"] == 3
         assert {"val_loss", "zero_filled_accuracy"} <= set(summary["per_stage"][0])
         assert {"zero_filled_accuracy.png", "attention_layer1.png", "attention_layer3.png"} <= figures
+    elif summary["system"] == "strategies_base":
+        assert {"fidelity", "fidelity_greedy", "share_tv", "response_loss", "strategy_entropy"} <= set(summary)
+        assert set(summary["per_task"]) == set(summary["tasks"]) and len(summary["tasks"]) == 6
+        assert {"fidelity.png", "strategy_shares.png"} <= figures
     elif summary["task"] == "sparse_parity":
         assert {"direct_accuracy", "direct_row_is_support", "support"} <= set(summary)
         assert {"direct_accuracy.png", "attention_scores.png"} <= figures
@@ -57,7 +61,7 @@ def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["logicot", "automata_regimes", "sparse_parity_internalize"])
+@pytest.mark.parametrize("name", ["logicot", "automata_regimes", "sparse_parity_internalize", "strategies_base"])
 def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     for run in ("a", "b", "c"):
         seed = 5 if run == "c" else 4
@@ -77,6 +81,8 @@ def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     (["logicot", "--scale", "huge"], "no scale 'huge'"),
     (["parity_forever"], "unknown experiment 'parity_forever'"),
     (["logicot", "--set", "system=logicat"], "unknown system 'logicat'"),
+    (["strategies_base", "--smoke", "--set", "task.data=no/such/dir"], "task.data: no data directory no/such/dir"),
+    (["strategies_base", "--smoke", "--set", "task.tasks=[list_sum, juggling]"], "unknown task 'juggling'"),
     pytest.param(["logicot", "--set", "device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")),
 ])
@@ -128,3 +134,21 @@ def test_a_full_disk_mid_run_is_one_clear_line(cli, tmp_path, monkeypatch):
     result = cli("run", "logicot", "--smoke", "--set", "train.checkpoint_every=1", "--out", tmp_path / "run")
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1 and "No space left on device" in lines[0], result.output
+
+
+@pytest.mark.slow
+def test_a_corrupt_or_incomplete_data_directory_is_one_clear_line(cli, tmp_path):
+    data = tmp_path / "data"
+    assert cli("data", "strategies", "--out", data, "--per-task", 20).exit_code == 0
+    (data / "test.parquet").unlink()
+    (data / "validation.parquet").write_bytes(b"PAR1 not really")
+    for broken, message in (("validation.parquet", "cannot read"), ("test.parquet", "is missing")):
+        result = cli("run", "strategies_base", "--smoke", "--set", f"task.data={data}", "--out", tmp_path / broken)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+        assert not (tmp_path / broken).exists()
+        (data / "validation.parquet").unlink(missing_ok=True)
+    assert cli("data", "strategies", "--out", tmp_path / "good", "--per-task", 20).exit_code == 0
+    result = cli("run", "strategies_base", "--smoke", "--quiet", "--set", f"task.data={tmp_path / 'good'}",
+                 "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output

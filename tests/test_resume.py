@@ -22,6 +22,8 @@ LONG_SMOKE = {  # seconds-long runs that log every step and checkpoint every 7
                 "--set", "train.eval_every=1", "--set", "train.checkpoint_every=7"],
     "automata": ["automata_regimes", "--smoke", "--quiet", "--set", "train.eval_every=1", "--set",
                  "train.checkpoint_every=7", "--set", "curriculum.smoothing=4"],
+    "strategies": ["strategies_base", "--smoke", "--quiet", "--set", "train.steps_per_stage=80", "--set",
+                   "train.eval_every=1", "--set", "train.checkpoint_every=7"],
 }
 
 
