@@ -91,7 +91,11 @@ def known_key(config: configs.Config, key: str) -> bool:
 def check_command(args: list[str]) -> None:
     assert args[0] in COMMANDS, f"no command `internalize {args[0]}`"
     positional, sets = parse_sets(args[1:])
-    if args[0] == "run" and positional and not placeholder(positional[0]):
+    if args[0] == "run" and positional and positional[0].endswith((".yaml", ".yml")):
+        file = ROOT / positional[0]  # a user's own experiment file (its imports may need PYTHONPATH)
+        assert file.exists(), f"no file {positional[0]}"
+        assert "system" in yaml.safe_load(file.read_text()), f"{positional[0]} names no system"
+    elif args[0] == "run" and positional and not placeholder(positional[0]):
         name = positional[0]
         assert name in configs.available(), f"no experiment {name!r}"
         values = [s.split("=", 1) for s in sets]
@@ -149,9 +153,14 @@ def test_links_stay_inside_the_repository_and_resolve(page):
 
 
 def test_every_experiment_and_sweep_is_documented():
-    text = "\n".join(p.read_text() for p in PAGES)
-    for name in configs.available():
-        assert f"internalize run {name}" in " ".join(text.split()), f"no page shows `internalize run {name}`"
+    """Every bundled sweep (but the test and benchmark ones) is quoted, and every experiment is quoted
+    as a run or through a quoted sweep of it."""
+    text = " ".join("\n".join(p.read_text() for p in PAGES).split())
+    shown = set()
     for name in sweeps.available():
-        if yaml.safe_load(sweeps.locate(name).read_text()).get("experiment") and not name.startswith(("smoke", "bench")):
-            assert f"internalize sweep {name}" in " ".join(text.split()), f"no page shows `internalize sweep {name}`"
+        if name.startswith(("smoke", "bench")):
+            continue
+        assert f"internalize sweep {name}" in text, f"no page shows `internalize sweep {name}`"
+        shown.add(sweeps.read_spec(name).experiment)
+    for name in configs.available():
+        assert f"internalize run {name}" in text or name in shown, f"no page shows `internalize run {name}`"
