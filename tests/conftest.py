@@ -8,6 +8,19 @@ from internalize.cli import app
 from internalize.runner import TIMINGS
 
 
+class Memory:
+    """A recorder for the trainer that keeps everything in memory: logged records, (state, tensors) checkpoints."""
+
+    def __init__(self):
+        self.records, self.checkpoints = [], []
+
+    def log(self, record):
+        self.records.append(record)
+
+    def checkpoint(self, state, tensors):
+        self.checkpoints.append((state, {k: v.clone() for k, v in tensors.items()}))
+
+
 @pytest.fixture
 def cli():
     runner = CliRunner()

@@ -10,8 +10,7 @@ import pytest
 from internalize import config as configs
 from internalize import curricula, experiments
 from internalize.reference import config_reference
-
-from conftest import read_summary
+from tests.conftest import read_summary
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 

@@ -5,17 +5,7 @@ from internalize.config import TrainConfig, load
 from internalize.experiments.theory import RowStep
 from internalize.system import System
 from internalize.train import NonFiniteLoss, Stage, train
-
-
-class Memory:
-    def __init__(self):
-        self.records, self.checkpoints = [], []
-
-    def log(self, record):
-        self.records.append(record)
-
-    def checkpoint(self, state, tensors):
-        self.checkpoints.append(state)
+from tests.conftest import Memory
 
 
 class Quadratic(System):
@@ -56,7 +46,7 @@ def test_threshold_advance_stops_each_stage_early_and_only_trains_its_parameters
     assert first["val_loss"] < 1e-3 and second["val_loss"] < 1e-3
     assert 1 < first["steps"] < 500 and first["distance"] > 0.9  # after stage 1, w2 untouched
     assert out["samples_seen"] == 4 * (first["steps"] + second["steps"])
-    assert [c["stage"] for c in memory.checkpoints] == [1, 2]
+    assert [state["stage"] for state, _ in memory.checkpoints] == [1, 2]
     # the first record of each stage is its loss before training: 1.0 for (0 - 1)^2
     starts = [r for r in memory.records if "train_loss" not in r and "event" not in r]
     assert [r["val_loss"] for r in starts] == [1.0, 1.0]

@@ -6,17 +6,7 @@ import torch
 from internalize.config import TrainConfig
 from internalize.system import Stage, System
 from internalize.train import train
-
-
-class Memory:
-    def __init__(self):
-        self.records, self.checkpoints = [], []
-
-    def log(self, record):
-        self.records.append(record)
-
-    def checkpoint(self, state, tensors):
-        self.checkpoints.append((state, {k: v.clone() for k, v in tensors.items()}))
+from tests.conftest import Memory
 
 
 class Linear(System):
