@@ -34,9 +34,9 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
         assert {"val_loss", "zero_filled_accuracy"} <= set(summary["per_stage"][0])
         assert {"zero_filled_accuracy.png", "attention_layer1.png", "attention_layer3.png"} <= figures
     elif summary["system"] == "strategies_base":
-        assert {"fidelity", "fidelity_greedy", "share_tv", "response_loss", "strategy_entropy"} <= set(summary)
+        assert {"fidelity", "fidelity_greedy", "share_tv", "response_loss", "strategy_entropy", "probes"} <= set(summary)
         assert set(summary["per_task"]) == set(summary["tasks"]) and len(summary["tasks"]) == 6
-        assert {"fidelity.png", "strategy_shares.png"} <= figures
+        assert {"fidelity.png", "strategy_shares.png", "probes.png"} <= figures
     elif summary["task"] == "sparse_parity":
         assert {"direct_accuracy", "direct_row_is_support", "support"} <= set(summary)
         assert {"direct_accuracy.png", "attention_scores.png"} <= figures

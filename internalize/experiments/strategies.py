@@ -10,7 +10,10 @@ answer is right and it is some strategy's trace (sampled at temperature 1, greed
 strategy shares of the samples are set against the data's (each trace's credit split evenly over
 the strategies that write it), and the response loss (nats per response) against the data's
 strategy entropy, the floor of that loss for a model that knows every strategy but not which one
-an example used.
+an example used. Linear probes (internalize.analysis.probes) on the test examples, teacher forced,
+decode the strategy from the embeddings and every block's residual stream, per task, layer and
+eighth of the trace, against chance; examples whose trace two strategies write alike are left out
+(their label is undecidable from the trace). The probes are fitted once, for the summary.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from internalize.analysis import plots
+from internalize.analysis import plots, probes
 from internalize.config import Config
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models.gpt import GPT, GPTConfig
@@ -204,8 +207,30 @@ class StrategiesBaseSystem(System):
         return ({n: float(losses[tasks == n].mean()) for n in self.names},
                 {n: float(entropy[tasks == n].mean()) for n in self.names})
 
+    def strategy_probes(self) -> dict:
+        """summary["probes"] (see probes.strategy_probes), plus "excluded": {task: coinciding examples}."""
+        if "probes" in self.last:
+            return self.last["probes"]
+        frame = self.frames["test"].iloc[self.test_rows.tolist()]
+        tokens, response = (t[self.test_rows] for t in self.data["test"])
+        closing = (tokens == self.tokenizer.id("</y>")) | (tokens == self.tokenizer.id("<eos>"))
+        trace = response & ~closing  # (N, L) the trace tokens: the response before </y>
+        keep = np.array([len(validate(t, x, y).strategies) == 1
+                         for t, x, y in zip(frame["task"], frame["input"], frame["trace"])], dtype=bool)
+        self.model.eval()
+        rows = torch.from_numpy(keep)
+        result = probes.strategy_probes(self.model, tokens[rows].to(self.device), trace[rows].to(self.device),
+                                        frame["strategy"].to_numpy()[keep].tolist(),
+                                        frame["task"].to_numpy()[keep].tolist(), order=self.names,
+                                        seed=self.config.seed + TEST_SEED)
+        self.model.train()
+        tasks = frame["task"].to_numpy()
+        result["excluded"] = {n: int((~keep & (tasks == n)).sum()) for n in self.names}
+        self.last["probes"] = result
+        return result
+
     def summary(self) -> dict:
-        if not self.last:
+        if "sampled" not in self.last:
             self.evaluate()
         sampled, greedy, verdicts = self.last["sampled"], self.last["greedy"], self.last["verdicts"]
         frame = self.frames["test"].iloc[self.test_rows.tolist()]
@@ -225,7 +250,7 @@ class StrategiesBaseSystem(System):
                                       strategy_shares=model_shares[n], data_strategy_shares=data_shares[n])
                               for n in self.names},
                     tasks=self.names, parameters=sum(p.numel() for p in self.model.parameters()),
-                    test_examples=len(self.test_rows))
+                    test_examples=len(self.test_rows), probes=self.strategy_probes())
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         summary = self.summary()
@@ -238,6 +263,9 @@ class StrategiesBaseSystem(System):
                 for n in self.names for s in TASKS[n].strategies}
         plots.grouped_bars(bars, folder / "strategy_shares.png", "share of valid traces",
                            "base model: strategy shares of its samples against the data's", ylim=(0, 1.05))
+        found = summary["probes"]
+        plots.probe_heatmaps(found["accuracy"], found["chance"], folder / "probes.png",
+                             "base model: held-out accuracy of linear probes decoding the strategy")
 
     @staticmethod
     def describe(summary: dict) -> str:
@@ -246,4 +274,13 @@ class StrategiesBaseSystem(System):
                 f"(lowest: {worst[0]} {worst[1]['fidelity']:.3f}); strategy shares off the data's by "
                 + ("n/a" if summary["share_tv"] is None else f"{summary['share_tv']:.3f}")
                 + f" (total variation); response loss {summary['response_loss']:.3f} "
-                f"nats against the strategy entropy {summary['strategy_entropy']:.3f}")
+                f"nats against the strategy entropy {summary['strategy_entropy']:.3f}"
+                + probe_line(summary.get("probes")))
+
+
+def probe_line(found: dict | None) -> str:
+    """'; strategy probes ...' for describe: the best layer's accuracy against chance, over tasks."""
+    if not found or found.get("mean_accuracy") is None:
+        return ""
+    return (f"; strategy probes {found['mean_accuracy']:.3f} at each task's best layer against chance "
+            f"{found['mean_chance']:.3f}")
