@@ -161,6 +161,10 @@ class TrainConfig(Strict):
     reset_optimizer: bool = True  # a fresh optimizer each stage
     warmup_steps: int = 0  # each stage's learning rate rises linearly from lr/warmup_steps to lr (adam, adamw)
     run_warmup_steps: int = 0  # the learning rate also rises linearly over the run's first steps (global)
+    # within each stage the learning rate falls from lr to lr * min_lr_ratio along a cosine over the
+    # stage's step budget (none: constant)
+    lr_decay: Literal["none", "cosine"] = "none"
+    min_lr_ratio: float = 0.1
     grad_clip: Optional[float] = None  # clip the gradient's global norm to this (None: off); logged as train_grad_norm
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
     threshold: float = 3e-4  # advance once the stage's validation loss is below this
@@ -271,6 +275,8 @@ class Config(Strict):
         for key in ("checkpoint_every", "warmup_steps", "run_warmup_steps"):
             if getattr(self.train, key) < 0:
                 raise ValueError(f"train.{key} must be 0 or more")
+        if not 0 <= self.train.min_lr_ratio <= 1:
+            raise ValueError("train.min_lr_ratio must be between 0 and 1")
         if self.train.grad_clip is not None and self.train.grad_clip <= 0:
             raise ValueError("train.grad_clip must be positive (or null: off)")
         for key in ("batch_size", "steps_per_stage", "max_steps_per_stage", "eval_every", "val_size"):

@@ -47,9 +47,12 @@ def make_optimizer(system: System, params: list, cfg: TrainConfig) -> torch.opti
     return optimizer
 
 
-def warm_up(optimizer: torch.optim.Optimizer, cfg: TrainConfig, stage_step: int, step: int) -> None:
-    """Scale every group's learning rate by the stage's warm-up and the run's (linear, 0 = off)."""
+def warm_up(optimizer: torch.optim.Optimizer, cfg: TrainConfig, stage_step: int, step: int, cap: int) -> None:
+    """Scale every group's learning rate by the stage's warm-up and the run's (linear, 0 = off), and by
+    the stage's cosine decay to train.min_lr_ratio over its `cap` steps (train.lr_decay=cosine)."""
     scale = 1.0
+    if cfg.lr_decay == "cosine":
+        scale = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * stage_step / cap))
     if cfg.warmup_steps:
         scale *= min(1.0, (stage_step + 1) / cfg.warmup_steps)
     if cfg.run_warmup_steps:
@@ -170,7 +173,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                 if cfg.grad_clip:
                     params = [p for group in optimizer.param_groups for p in group["params"]]
                     parts["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-                warm_up(optimizer, cfg, state.stage_step, state.step)
+                warm_up(optimizer, cfg, state.stage_step, state.step, cap)
                 optimizer.step()
                 system.after_step()
                 state.stage_step += 1

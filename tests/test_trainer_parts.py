@@ -1,5 +1,7 @@
 """What the trainer offers any system: named loss parts, parameter groups, gradient clipping,
 warm-ups over the stage and the run, a global-step hook, and the system's own checkpointed state."""
+import math
+
 import pytest
 import torch
 
@@ -123,3 +125,11 @@ def test_keeping_the_optimizer_carries_adams_moments_into_the_next_stage():
         adam.step()
     assert moves[True] == pytest.approx(0.1, rel=1e-5)  # a fresh Adam's first step is lr
     assert moves[False] == pytest.approx(before - float(w.detach()), rel=1e-5) and moves[False] != pytest.approx(0.1)
+
+
+def test_cosine_decay_falls_from_lr_to_the_floor_over_each_stage():
+    system = Linear(stages=2)
+    run(system, lr_decay="cosine", min_lr_ratio=0.2)
+    moves = [-(after[0] - before[0]) for before, after in zip([(0.0, 0.0)] + system.trace, system.trace)]
+    cosine = [0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi * i / 5)) for i in range(5)]
+    assert moves == pytest.approx([0.1 * c for c in cosine + cosine], abs=1e-5)  # Adam: a step of lr each
