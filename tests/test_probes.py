@@ -123,3 +123,16 @@ def test_smoke_run_writes_the_probe_heatmap_and_summary(cli, tmp_path):
         assert all(v is None or 0 <= v <= 1 for row in grid for v in row)
         assert found["chance"][task] is None or 0 < found["chance"][task] <= 1
     assert set(found["excluded"]) == set(tasks)
+
+
+def test_the_untrained_control_is_the_runs_own_initial_model():
+    from internalize.config import load
+    from internalize.experiments import build
+
+    config = load("strategies_base", scale="smoke")
+    torch.manual_seed(config.seed)  # as the runner does before building
+    system = build(config)
+    with torch.random.fork_rng():
+        torch.manual_seed(config.seed)
+        fresh = GPT(system.model.cfg)
+    assert all(torch.equal(a, b) for a, b in zip(system.model.state_dict().values(), fresh.state_dict().values()))

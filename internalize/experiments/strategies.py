@@ -217,13 +217,24 @@ class StrategiesBaseSystem(System):
         trace = response & ~closing  # (N, L) the trace tokens: the response before </y>
         keep = np.array([len(validate(t, x, y).strategies) == 1
                          for t, x, y in zip(frame["task"], frame["input"], frame["trace"])], dtype=bool)
-        self.model.eval()
         rows = torch.from_numpy(keep)
-        result = probes.strategy_probes(self.model, tokens[rows].to(self.device), trace[rows].to(self.device),
-                                        frame["strategy"].to_numpy()[keep].tolist(),
-                                        frame["task"].to_numpy()[keep].tolist(), order=self.names,
-                                        seed=self.config.seed + TEST_SEED)
+
+        def fit(model) -> dict:
+            model.eval()
+            return probes.strategy_probes(model, tokens[rows].to(self.device), trace[rows].to(self.device),
+                                          frame["strategy"].to_numpy()[keep].tolist(),
+                                          frame["task"].to_numpy()[keep].tolist(), order=self.names,
+                                          seed=self.config.seed + TEST_SEED)
+
+        result = fit(self.model)
         self.model.train()
+        # the same probes on the untrained model (the run's own initial weights): the trace formats alone
+        # give the strategy away to a probe, so what training adds is the margin over this control
+        with torch.random.fork_rng():
+            torch.manual_seed(self.config.seed)
+            untrained = GPT(self.model.cfg).to(self.device)
+        control = fit(untrained)
+        result["untrained"] = {k: control[k] for k in ("best_layer_mean", "layer_mean", "mean_accuracy")}
         tasks = frame["task"].to_numpy()
         result["excluded"] = {n: int((~keep & (tasks == n)).sum()) for n in self.names}
         self.last["probes"] = result
@@ -282,5 +293,6 @@ def probe_line(found: dict | None) -> str:
     """'; strategy probes ...' for describe: the best layer's accuracy against chance, over tasks."""
     if not found or found.get("mean_accuracy") is None:
         return ""
+    untrained = (found.get("untrained") or {}).get("mean_accuracy")
     return (f"; strategy probes {found['mean_accuracy']:.3f} at each task's best layer against chance "
-            f"{found['mean_chance']:.3f}")
+            f"{found['mean_chance']:.3f}" + ("" if untrained is None else f" (untrained model: {untrained:.3f})"))
