@@ -70,7 +70,7 @@ class SparseParityTask(Strict):
         return self
 
     def theory_budget(self, eps: float) -> tuple[int, Optional[int]]:
-        """20,000 samples a stage (the spec's reference prototype); e2e gets the internalization
+        """20,000 samples a stage; e2e gets the internalization
         route's budget, one step per support bit."""
         return 20_000, self.k
 
@@ -99,7 +99,7 @@ class GPTModel(Strict):
     heads: int = 4  # attention heads per block (width must be a multiple)
     keep_positions: bool = False  # removed CoT tokens keep their positions as blanks instead of being deleted
     # with every CoT token removed, the answer follows <sep> directly (no <ans>): the one-pass answer
-    # is then written where each removal stage wrote its first state (decided here: off, the spec's format)
+    # is then written where each removal stage wrote its first state (decided here: off, the paper's format)
     bare_answer: bool = False
 
     @model_validator(mode="after")
@@ -145,7 +145,7 @@ class CurriculumConfig(Strict):
 
 class TheoryConfig(Strict):
     # the one batch per stage; None: round(n ** (2 + eps)) for the parity tree, 20,000 for sparse
-    # parity (the spec's reference prototype)
+    # parity
     samples: Optional[int] = None
     eps: float = 0.9  # the default sample count is n^(2 + eps)
     row_step: float = 9.0  # each row moves until its largest entry changes by this much
