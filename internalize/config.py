@@ -79,7 +79,7 @@ class StrategiesTask(Strict):
     name: Literal["strategies"] = "strategies"
     data: Optional[str] = None  # a directory from `internalize data strategies`; None: drawn in memory
     data_seed: int = 0  # draws the benchmark when task.data is None (apart from the training seed)
-    per_task: int = 3000  # examples per task over the three splits, when drawn in memory
+    per_task: int = 10000  # examples per task over the three splits, when drawn in memory
     tasks: list[str] = []  # a subset of the six tasks (empty: all of them)
 
     @model_validator(mode="after")

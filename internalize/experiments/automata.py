@@ -1,6 +1,6 @@
 """Learning through internalization on semiautomata: the GPT, token curricula, cross-entropy.
 
-Sequences (specs/automata.md, "Formats"); states q_1..q_{T-1} are the chain of thought:
+Sequences (docs/automata.md); states q_1..q_{T-1} are the chain of thought:
 
     cot       a_1 .. a_T <sep> [<hint c>] q_1 .. q_{T-1} <ans> q_T
     e2e       a_1 .. a_T <ans> q_T

@@ -1,6 +1,6 @@
 """The provable one-layer model on sparse parity: linear attention, squared error, token deletion.
 
-Sequences are d bits, then the chain tokens still shown, then the answer (specs/automata.md):
+Sequences are d bits, then the chain tokens still shown, then the answer (docs/sparse_parity.md):
 
     full CoT      b_1 .. b_d  c_1 .. c_{k-1}  y
     after r left removals     b_1 .. b_d  c_{r+1} .. c_{k-1}  y        (deleted, later tokens shift left)

@@ -1,4 +1,4 @@
-"""One layer of position-only linear attention and a fixed link (specs/automata.md, sparse parity).
+"""One layer of position-only linear attention and a fixed link (docs/sparse_parity.md).
 
 The sequence is d input bits followed by the outputs (the chain-of-thought tokens still shown,
 then the answer). Output slot j reads every position before it, with scores that depend on

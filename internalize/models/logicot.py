@@ -1,4 +1,4 @@
-"""The L-layer gated scalar transformer of Log-ICoT (specs/logicot.md, "Model").
+"""The L-layer gated scalar transformer of Log-ICoT (docs/logicot.md).
 
 Every position carries one scalar. Layer l mixes the scalars with a softmax attention whose
 logits are a trainable position-by-position block W^(l) (zero at init), passes the mix through a

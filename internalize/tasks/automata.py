@@ -1,4 +1,4 @@
-"""Semiautomata as transition tables (specs/automata.md, "Tasks").
+"""Semiautomata as transition tables (docs/automata.md).
 
 A semiautomaton is a set of states, a set of actions, a table delta(q, a) and a start state:
 one representation for every built-in (C_n, S_3, D_n, A_4, flip-flop) and for user tables in

@@ -1,4 +1,4 @@
-"""k-parity with its parity-tree chain of thought (specs/logicot.md, "Task").
+"""k-parity with its parity-tree chain of thought (docs/logicot.md).
 
 Positions are 0-indexed here: inputs 0..n-1, then tree level 1 left to right, level 2, ...,
 the root (the answer) last, T = n + k - 1 in all. The spec counts from 1 (level 1 of n=30, k=16

@@ -1,4 +1,4 @@
-"""Sparse parity with its prefix-parity chain of thought (specs/automata.md, "The provable one-layer model").
+"""Sparse parity with its prefix-parity chain of thought (docs/sparse_parity.md).
 
 Bits b_1..b_d in {0, 1}; a hidden support S = (s_1, ..., s_k) of k positions, drawn once per seed;
 the chain c_j = c_{j-1} xor b_{s_j} (c_1 = b_{s_1}); the answer y = c_k. Positions are 0-indexed.

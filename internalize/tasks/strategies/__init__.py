@@ -1,4 +1,4 @@
-"""The multi-strategy benchmark (specs/strategies.md, "Benchmark"): six tasks, each solvable by
+"""The multi-strategy benchmark (docs/strategies.md): six tasks, each solvable by
 two or three strategies that write different traces, a validator per task, one character-level
 tokenizer and the Parquet splits. Trace formats are documented in each task's module."""
 from internalize.tasks.strategies.benchmark import TASKS, validate

@@ -1,4 +1,4 @@
-"""Shared parts of the strategies benchmark (specs/strategies.md, "Benchmark").
+"""Shared parts of the strategies benchmark (docs/strategies.md).
 
 Every task is one `Task` record: a seeded sampler of structured problems, the input text of a
 problem and its strict parser, each strategy's canonical trace, the trace grammar (one regular

@@ -16,9 +16,10 @@ from internalize.tasks.strategies.benchmark import TASKS
 from internalize.tasks.strategies.common import Task, final_answer
 from internalize.tasks.strategies.tokenizer import Tokenizer, frame
 
-# 3,000 per task is 18,000 examples, 14,400 for training: the spec's calibration (6,000 steps of
-# batch 96, specs/strategies.md) sees each about 40 times. Sized for a CPU model; not yet trained on.
-DEFAULT_PER_TASK = 3000
+# 10,000 per task is 60,000 examples, 48,000 for training: the base model's 16,000 steps of batch
+# 96 see each about 32 times (at 3,000 a task, over 100 times). Every task has well over 10,000
+# distinct inputs but base_conversion (12,240).
+DEFAULT_PER_TASK = 10000
 SPLITS = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
 COLUMNS = ["task", "strategy", "input", "trace", "answer", "text", "problem"]
 MIN_PER_TASK = 10  # so that every split holds at least one input of every task
