@@ -1,4 +1,5 @@
-"""The `internalize` command: list experiments, run one, sweep a grid, report on a sweep."""
+"""The `internalize` command: list experiments, run one, sweep a grid, report on a sweep, write a
+benchmark's data, print the config reference."""
 from __future__ import annotations
 
 import sys
