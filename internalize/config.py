@@ -198,14 +198,14 @@ def _names(classes) -> set[str]:
 def register(part: str, cls: type[Strict]) -> None:
     """Make a task or model config class (its `name` default is its key) selectable in every config."""
     global TASKS, MODELS
-    if part == "task":
-        TASKS = (*[c for c in TASKS if c.model_fields["name"].default != cls.model_fields["name"].default], cls)
-        union = TASKS
-    elif part == "model":
-        MODELS = (*[c for c in MODELS if c.model_fields["name"].default != cls.model_fields["name"].default], cls)
-        union = MODELS
-    else:
+    if part not in ("task", "model"):
         raise ValueError(f"register a 'task' or a 'model', not {part!r}")
+    name = cls.model_fields["name"].default
+    union = (*[c for c in (TASKS if part == "task" else MODELS) if c.model_fields["name"].default != name], cls)
+    if part == "task":
+        TASKS = union
+    else:
+        MODELS = union
     Config.model_fields[part].annotation = Annotated[Union[union], Field(discriminator="name")]
     Config.model_rebuild(force=True)
 

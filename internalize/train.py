@@ -162,6 +162,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                 cap = cfg.first_stage_steps
             task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap,
                                 completed=state.stage_step, val=state.val)
+            learning = [p for group in optimizer.param_groups for p in group["params"]]  # what clipping sees
             started = time.perf_counter()
             while state.stage_step < cap:
                 system.on_step(state.step)
@@ -171,8 +172,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip:
-                    params = [p for group in optimizer.param_groups for p in group["params"]]
-                    parts["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+                    parts["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(learning, cfg.grad_clip))
                 warm_up(optimizer, cfg, state.stage_step, state.step, cap)
                 optimizer.step()
                 system.after_step()

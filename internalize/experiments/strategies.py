@@ -104,7 +104,12 @@ class StrategiesBaseSystem(System):
         gen = torch.Generator().manual_seed(config.seed + VAL_SEED)
         self.val = self.subset("validation", config.train.val_size, gen)
         self.test_rows = self.pick("test", config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
-        self.last: dict = {}
+        self.test = self.frames["test"].iloc[self.test_rows.tolist()]  # the evaluated test examples
+        self.test_data = tuple(t[self.test_rows] for t in self.data["test"])  # their tokens, response mask
+        # the data's own verdicts: which strategies write each test trace (shares, probe labels)
+        self.test_verdicts = [validate(t, x, y) for t, x, y in zip(self.test["task"], self.test["input"],
+                                                                    self.test["trace"])]
+        self.last: dict = {}  # what the latest evaluation found; summary and probes are cached here
 
     # -- data ----------------------------------------------------------------------------------
     def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +182,7 @@ class StrategiesBaseSystem(System):
 
     def fidelity(self, temperature: float, seed: int) -> tuple[dict, dict]:
         """Per task: the share of faithful samples, and the verdicts."""
-        frame = self.frames["test"].iloc[self.test_rows.tolist()]
+        frame = self.test
         traces = self.generate(frame, temperature, torch.Generator(device=self.device).manual_seed(seed))
         verdicts = {name: [] for name in self.names}
         for task, x, trace in zip(frame["task"], frame["input"], traces):
@@ -196,8 +201,8 @@ class StrategiesBaseSystem(System):
 
     @torch.no_grad()
     def response_loss_and_entropy(self) -> tuple[dict, dict]:
-        frame = self.frames["test"].iloc[self.test_rows.tolist()]
-        tokens, response = (t[self.test_rows].to(self.device) for t in self.data["test"])
+        frame = self.test
+        tokens, response = (t.to(self.device) for t in self.test_data)
         self.model.eval()
         losses = torch.cat([self.response_losses(tokens[i:i + 256], response[i:i + 256])
                             for i in range(0, len(tokens), 256)]).cpu().numpy()
@@ -211,12 +216,11 @@ class StrategiesBaseSystem(System):
         """summary["probes"] (see probes.strategy_probes), plus "excluded": {task: coinciding examples}."""
         if "probes" in self.last:
             return self.last["probes"]
-        frame = self.frames["test"].iloc[self.test_rows.tolist()]
-        tokens, response = (t[self.test_rows] for t in self.data["test"])
+        frame = self.test
+        tokens, response = self.test_data
         closing = (tokens == self.tokenizer.id("</y>")) | (tokens == self.tokenizer.id("<eos>"))
         trace = response & ~closing  # (N, L) the trace tokens: the response before </y>
-        keep = np.array([len(validate(t, x, y).strategies) == 1
-                         for t, x, y in zip(frame["task"], frame["input"], frame["trace"])], dtype=bool)
+        keep = np.array([len(v.strategies) == 1 for v in self.test_verdicts], dtype=bool)
         rows = torch.from_numpy(keep)
 
         def fit(model) -> dict:
@@ -241,20 +245,18 @@ class StrategiesBaseSystem(System):
         return result
 
     def summary(self) -> dict:
+        if "summary" in self.last:
+            return self.last["summary"]
         if "sampled" not in self.last:
             self.evaluate()
         sampled, greedy, verdicts = self.last["sampled"], self.last["greedy"], self.last["verdicts"]
-        frame = self.frames["test"].iloc[self.test_rows.tolist()]
-        data_verdicts = {n: [validate(n, x, y) for x, y in zip(g["input"], g["trace"])]
-                         for n, g in frame.groupby("task", sort=False)}
+        data_verdicts = {n: [v for v, t in zip(self.test_verdicts, self.test["task"]) if t == n] for n in self.names}
         model_shares = {n: credit(verdicts[n], TASKS[n].strategies) for n in self.names}
         data_shares = {n: credit(data_verdicts[n], TASKS[n].strategies) for n in self.names}
         tv = {n: 0.5 * sum(abs(model_shares[n][s] - data_shares[n][s]) for s in TASKS[n].strategies)
               if model_shares[n] else None for n in self.names}
         loss, entropy = self.response_loss_and_entropy()
-        mean = lambda d: float(np.mean([v for v in d.values() if v is not None])) if any(  # noqa: E731
-            v is not None for v in d.values()) else None
-        return dict(fidelity=mean(sampled), fidelity_greedy=mean(greedy), share_tv=mean(tv),
+        self.last["summary"] = dict(fidelity=mean(sampled), fidelity_greedy=mean(greedy), share_tv=mean(tv),
                     response_loss=mean(loss), strategy_entropy=mean(entropy),
                     per_task={n: dict(fidelity=sampled[n], fidelity_greedy=greedy[n], share_tv=tv[n],
                                       response_loss=loss[n], strategy_entropy=entropy[n],
@@ -262,6 +264,7 @@ class StrategiesBaseSystem(System):
                               for n in self.names},
                     tasks=self.names, parameters=sum(p.numel() for p in self.model.parameters()),
                     test_examples=len(self.test_rows), probes=self.strategy_probes())
+        return self.last["summary"]
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         summary = self.summary()
@@ -287,6 +290,12 @@ class StrategiesBaseSystem(System):
                 + f" (total variation); response loss {summary['response_loss']:.3f} "
                 f"nats against the strategy entropy {summary['strategy_entropy']:.3f}"
                 + probe_line(summary.get("probes")))
+
+
+def mean(values: dict) -> float | None:
+    """The mean of a dict's values, those that are None left out (None when all are)."""
+    known = [v for v in values.values() if v is not None]
+    return float(np.mean(known)) if known else None
 
 
 def probe_line(found: dict | None) -> str:
