@@ -81,6 +81,9 @@ class StrategiesTask(Strict):
     data_seed: int = 0  # draws the benchmark when task.data is None (apart from the training seed)
     per_task: int = 10000  # examples per task over the three splits, when drawn in memory
     tasks: list[str] = []  # a subset of the six tasks (empty: all of them)
+    # draw every training example afresh from the tasks' generators (inputs of the validation and
+    # test splits refused) instead of cycling through the train split
+    fresh: bool = False
 
     @model_validator(mode="after")
     def _known(self):

@@ -30,7 +30,7 @@ from internalize.config import Config
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.system import Stage, System
-from internalize.tasks.strategies import COLUMNS, TASKS, Tokenizer, Verdict, build_splits, prompt, validate
+from internalize.tasks.strategies import COLUMNS, TASKS, Tokenizer, Verdict, build_splits, frame, prompt, validate
 
 SPLITS = ("train", "validation", "test")
 UNCLOSED = Verdict(False, False, frozenset(), "the sample never wrote </y>")
@@ -97,7 +97,7 @@ class StrategiesBaseSystem(System):
         self.names = [t for t in TASKS if t in set(self.frames["train"]["task"])]
         self.stage_metrics = {"fidelity": None, "fidelity_greedy": None}
         self.data = {split: self.encode(f) for split, f in self.frames.items()}
-        longest = max(d[0].shape[1] for d in self.data.values())
+        self.longest = longest = max(d[0].shape[1] for d in self.data.values())
         m = config.model
         self.model = GPT(GPTConfig(len(tok), longest + 8, m.width, m.depth, m.heads)).to(self.device)
         self.num_stages = 1
@@ -110,6 +110,9 @@ class StrategiesBaseSystem(System):
         self.test_verdicts = [validate(t, x, y) for t, x, y in zip(self.test["task"], self.test["input"],
                                                                     self.test["trace"])]
         self.last: dict = {}  # what the latest evaluation found; summary and probes are cached here
+        # (task, input) of every held-out example: task.fresh never trains on them
+        self.held_out = {(t, x) for split in ("validation", "test")
+                         for t, x in zip(self.frames[split]["task"], self.frames[split]["input"])}
 
     # -- data ----------------------------------------------------------------------------------
     def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,9 +134,28 @@ class StrategiesBaseSystem(System):
         rows = self.pick(split, size, generator)
         return tuple(t[rows] for t in self.data[split])
 
+    def fresh_frame(self, batch_size: int, generator: torch.Generator) -> pd.DataFrame:
+        """batch_size new examples (task and strategy uniform), drawn by a numpy stream seeded from
+        `generator`, so a resumed run draws the same ones. Held-out inputs are refused, and so are
+        the rare examples longer than the longest of the splits (the model's positions end there)."""
+        rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
+        rows = []
+        while len(rows) < batch_size:
+            task = TASKS[self.names[int(rng.integers(len(self.names)))]]
+            problem = task.sample(rng)
+            x = task.format_input(problem)
+            strategy = task.strategies[int(rng.integers(len(task.strategies)))]
+            text = frame(x, task.trace(problem, strategy))
+            if (task.name, x) not in self.held_out and len(self.tokenizer.encode(text)) <= self.longest:
+                rows.append({"input": x, "text": text})
+        return pd.DataFrame(rows)
+
     def sample(self, batch_size: int, generator: torch.Generator):
-        rows = torch.randint(len(self.frames["train"]), (batch_size,), generator=generator)
-        tokens, response = (t[rows] for t in self.data["train"])
+        if self.config.task.fresh:
+            tokens, response = self.encode(self.fresh_frame(batch_size, generator))
+        else:
+            rows = torch.randint(len(self.frames["train"]), (batch_size,), generator=generator)
+            tokens, response = (t[rows] for t in self.data["train"])
         width = int((tokens != self.tokenizer.pad_id).sum(1).max())  # drop the all-pad columns
         return tokens[:, :width].to(self.device), response[:, :width].to(self.device)
 

@@ -1,0 +1,52 @@
+"""The base model's training stream: task.fresh draws new examples, never a held-out input."""
+import torch
+
+from internalize.config import load
+from internalize.experiments import build
+from internalize.tasks.strategies import TASKS, unframe, validate
+
+
+def system(*overrides):
+    return build(load("strategies_base", scale="smoke", overrides=["task.fresh=true", *overrides]))
+
+
+def test_fresh_examples_are_valid_traces_of_unseen_inputs():
+    s = system("task.per_task=400")  # 40 validation and 40 test inputs a task to refuse
+    frame = s.fresh_frame(3000, torch.Generator().manual_seed(0))
+    assert len(frame) == 3000
+    train_inputs = set(s.frames["train"]["input"])
+    fresh_seen = 0
+    for text in frame["text"]:
+        x, trace = unframe(text)
+        task = next(name for name in s.names if validate(name, x, trace).valid)
+        assert (task, x) not in s.held_out
+        fresh_seen += x not in train_inputs
+    assert fresh_seen > 1000  # mostly inputs the train split does not hold
+    assert max(len(s.tokenizer.encode(t)) for t in frame["text"]) <= s.longest
+
+
+def test_the_held_out_set_is_the_validation_and_test_inputs():
+    s = system()
+    for split in ("validation", "test"):
+        for task, x in zip(s.frames[split]["task"], s.frames[split]["input"]):
+            assert (task, x) in s.held_out
+    assert not any((t, x) in s.held_out for t, x in zip(s.frames["train"]["task"], s.frames["train"]["input"]))
+
+
+def test_fresh_batches_follow_the_generator_and_cover_every_task():
+    s = system("task.per_task=400")
+    a = s.sample(64, torch.Generator().manual_seed(5))
+    b = s.sample(64, torch.Generator().manual_seed(5))
+    c = s.sample(64, torch.Generator().manual_seed(6))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0][:, :10], c[0][:, :10])
+    frame = s.fresh_frame(600, torch.Generator().manual_seed(1))
+    tasks = {next(n for n in TASKS if validate(n, *unframe(t)).valid) for t in frame["text"]}
+    assert tasks == set(TASKS)
+
+
+def test_without_fresh_batches_come_from_the_train_split():
+    s = build(load("strategies_base", scale="smoke", overrides=["task.fresh=false"]))
+    tokens, _ = s.sample(32, torch.Generator().manual_seed(0))
+    train = {tuple(row[row != s.tokenizer.pad_id].tolist()) for row in s.data["train"][0]}
+    assert all(tuple(row[row != s.tokenizer.pad_id].tolist()) in train for row in tokens)
