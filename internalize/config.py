@@ -112,6 +112,27 @@ class GPTModel(Strict):
         return self
 
 
+class LatentModel(Strict):
+    """strategies_factorize: router/generator and posterior, LoRA copies of a frozen base GPT."""
+    name: Literal["latent"] = "latent"
+    base: Optional[str] = None  # a finished strategies_base run directory; None: train a base first
+    # the base trained first when model.base is None (its width, depth, heads and steps)
+    width: int = 128
+    depth: int = 4
+    heads: int = 4
+    base_steps: int = 2000
+    d_z: int = 16  # latent dimensions (the paper: 64)
+    lora_rank: int = 8  # the paper: 16
+    lora_alpha: float = 16.0  # the paper: 32
+    lora_targets: list[str] = ["qkv", "proj", "fc_in", "fc_out"]  # the GPT's linear layers LoRA adapts
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if min(self.d_z, self.lora_rank, self.base_steps) < 1:
+            raise ValueError("model.d_z, model.lora_rank and model.base_steps must be positive")
+        return self
+
+
 class LogICoTModel(Strict):
     name: Literal["logicot"] = "logicot"
     link: Literal["cos", "quadratic"] = "cos"  # phi: -cos(pi t), or Kim & Suzuki's quadratic
@@ -181,17 +202,41 @@ class TrainConfig(Strict):
     theory: TheoryConfig = TheoryConfig()
 
 
+class ObjectiveConfig(Strict):
+    # strategies_factorize: what the generator and posterior minimise (docs/strategies.md)
+    name: Literal["elbo", "beta_elbo", "model_directed", "token_weighting", "global_scale",
+                  "token_inverse"] = "model_directed"
+    alpha: float = 0.05  # the uniform share of each token's weight
+    gamma: float = 0.25  # weights proportional to the base's surprisal ** gamma (token_inverse: ** -gamma)
+    beta: float = 0.01  # the KL's weight (elbo: always 1)
+    beta_warmup: float = 1.0  # beta rises linearly from 0 over this share of the training steps
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        if not (0 <= self.alpha <= 1 and self.gamma >= 0 and self.beta >= 0 and 0 <= self.beta_warmup <= 1):
+            raise ValueError("objective: alpha and beta_warmup in [0, 1], gamma and beta >= 0")
+        return self
+
+
+class DataConfig(Strict):
+    # strategies_factorize: train on the benchmark's traces (the released code) or on responses
+    # sampled from the frozen base model at temperature 1 (the paper's manuscript)
+    response_source: Literal["benchmark", "base"] = "benchmark"
+
+
 class LogConfig(Strict):
     tensorboard: bool = False  # also write every metric as TensorBoard scalars (needs tensorboard)
 
 
 class EvalConfig(Strict):
     test_size: int = 4096  # examples in each fixed test set (ID and every OOD skew)
+    pairs: int = 1024  # strategies_factorize: same-task input pairs scored for alignment
+    snapshots: int = 4  # strategies_factorize: evaluations during training (trajectories, PCA)
 
 
 # The task and model configs a Config may hold; a new one is its class plus one entry here.
 TASKS = (ParityTreeTask, AutomatonTask, SparseParityTask, StrategiesTask)
-MODELS = (LogICoTModel, GPTModel, LinearAttentionModel)
+MODELS = (LogICoTModel, GPTModel, LinearAttentionModel, LatentModel)
 
 
 def _names(classes) -> set[str]:
@@ -226,6 +271,8 @@ class Config(Strict):
     curriculum: CurriculumConfig = CurriculumConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+    objective: ObjectiveConfig = ObjectiveConfig()
+    data: DataConfig = DataConfig()
     log: LogConfig = LogConfig()
 
     @model_validator(mode="before")

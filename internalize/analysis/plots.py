@@ -211,3 +211,37 @@ def probe_heatmaps(accuracy: dict[str, list[list[float | None]]], chance: dict[s
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def trajectories(points: list[dict], keys: list[str], path: Path, title: str = "") -> None:
+    """Each key's value against the training step, one panel per key (None values skipped)."""
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 2.9), squeeze=False, layout="constrained")
+    for i, (ax, key) in enumerate(zip(axes[0], keys)):
+        xs = [p["step"] for p in points if p.get(key) is not None]
+        ax.plot(xs, [p[key] for p in points if p.get(key) is not None], "o-", color=f"C{i}", ms=4)
+        ax.set_xlabel("step")
+        ax.set_title(key, fontsize=9)
+        ax.grid(alpha=0.3, lw=0.4)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def pca_snapshots(snapshots: dict[int, list[list[float]]], labels: list[str], path: Path, title: str = "") -> None:
+    """A scatter panel per training step: 2-D points coloured by label (one legend for all)."""
+    kinds = sorted(set(labels))
+    colours = {k: plt.get_cmap("tab20")(i % 20) for i, k in enumerate(kinds)}
+    fig, axes = plt.subplots(1, len(snapshots), figsize=(2.8 * len(snapshots) + 2.6, 3.0), squeeze=False,
+                             layout="constrained")
+    for ax, (step, xy) in zip(axes[0], sorted(snapshots.items())):
+        xy = np.asarray(xy, dtype=float)
+        for kind in kinds:
+            rows = [i for i, label in enumerate(labels[:len(xy)]) if label == kind]
+            ax.scatter(xy[rows, 0], xy[rows, 1], s=7, color=colours[kind], label=kind)
+        ax.set_title(f"step {step}", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5), markerscale=1.5)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

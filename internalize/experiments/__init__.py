@@ -28,6 +28,7 @@ SYSTEMS: dict[str, Entry] = {
     "sparse_parity": Entry("internalize.experiments.sparse_parity:SparseParitySystem", ("sparse_parity",),
                            ("linear_attention",)),
     "strategies_base": Entry("internalize.experiments.strategies:StrategiesBaseSystem", ("strategies",), ("gpt",)),
+    "strategies_factorize": Entry("internalize.experiments.factorize:FactorizeSystem", ("strategies",), ("latent",)),
 }
 
 

@@ -181,24 +181,36 @@ class StrategiesBaseSystem(System):
                      validate=validate_loss)
 
     # -- evaluation ----------------------------------------------------------------------------
+    def prompts(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompt tokens (B, P) of these inputs and their mask (True at real tokens): every
+        prompt ends at the last column, `<z>` at column P - 4 and `<z_empty>` at P - 3."""
+        tok = self.tokenizer
+        prompts = [tok.encode(prompt(x)) for x in inputs]
+        width = max(map(len, prompts))
+        ids = torch.full((len(prompts), width), tok.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids, dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), True
+        return ids.to(self.device), mask.to(self.device)
+
+    def decode(self, ids: torch.Tensor, mask: torch.Tensor, steps: int, temperature: float,
+               generator: torch.Generator, rows: slice) -> torch.Tensor:
+        """New tokens for one batch of prompts (rows: where the batch sits in the frame)."""
+        return self.model.generate(ids, steps, temperature=temperature, generator=generator,
+                                   stop_token=self.tokenizer.id("<eos>"), attention_mask=mask)
+
     @torch.no_grad()
     def generate(self, frame: pd.DataFrame, temperature: float, generator: torch.Generator,
-                 batch: int = 256) -> list[str]:
-        """The trace each prompt's sample writes (the text before </y>; None when it never closes)."""
-        tok, out = self.tokenizer, []
-        longest = max(len(t) for t in frame["trace"]) + 8
+                 batch: int = 256, steps: int | None = None) -> list[str]:
+        """The trace each prompt's sample writes (the text before </y>; None when it never closes),
+        in at most `steps` tokens (default: the frame's longest trace and 8)."""
+        out = []
+        longest = steps if steps is not None else max(len(t) for t in frame["trace"]) + 8
         for lo in range(0, len(frame), batch):
-            prompts = [tok.encode(prompt(x)) for x in frame["input"].iloc[lo:lo + batch]]
-            width = max(map(len, prompts))
-            ids = torch.full((len(prompts), width), tok.pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids, dtype=torch.bool)
-            for i, p in enumerate(prompts):  # left padding: every prompt ends at the last column
-                ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), True
-            steps = min(longest, self.model.cfg.max_len - width)
-            new = self.model.generate(ids.to(self.device), steps, temperature=temperature, generator=generator,
-                                      stop_token=tok.id("<eos>"), attention_mask=mask.to(self.device))
-            for row in new.cpu().tolist():
-                text = tok.decode(row)
+            ids, mask = self.prompts(frame["input"].iloc[lo:lo + batch])
+            steps = min(longest, self.longest + 8 - ids.shape[1])
+            for row in self.decode(ids, mask, steps, temperature, generator, slice(lo, lo + batch)).cpu().tolist():
+                text = self.tokenizer.decode(row)
                 out.append(text.split("</y>")[0] if "</y>" in text else None)
         return out
 

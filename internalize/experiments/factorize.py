@@ -1,0 +1,401 @@
+"""The latent-strategies factorisation: router r(z|x), generator g(y|x,z), posterior q(z|x,y).
+
+Built on a frozen base (`model.base`, a finished strategies_base run, or one trained first at
+`model.width`, `model.depth`, `model.heads` for `model.base_steps` steps); LoRA copies through
+peft (internalize.models.latent). Training minimises the objective named by `objective.name`
+(internalize.objectives): a response term over the generator's token losses, weighted by the
+frozen base's surprisal where the objective says so and divided by c (estimated once on the
+validation responses and checkpointed), plus beta * KL(q || r) with beta's linear warm-up. One
+reparameterised z from the posterior per example. Responses come from the benchmark or are sampled
+from the frozen base (`data.response_source`).
+
+Evaluation on the test split: z drawn from the router, traces sampled at temperature 1 (greedy
+beside). fidelity: the share of valid traces. alignment: `eval.pairs` pairs of distinct inputs of
+the same task; one router z (from the first) drives both generations; consistent when the two
+compatible-strategy sets intersect (strict: when they are equal); alignment_chance: the same
+figure for strategies drawn independently by the data's shares, coinciding traces included. kl:
+KL(q || r) on the test traces. `eval.snapshots` evaluations during training give the
+trajectories and the PCA of posterior means; steering applies the mean posterior z of one
+strategy's test traces to other inputs of its task and counts that strategy's share.
+"""
+from __future__ import annotations
+
+import json
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from internalize.analysis import plots
+from internalize.config import Config, load
+from internalize.experiments.common import TEST_SEED, VAL_SEED
+from internalize.experiments.strategies import UNCLOSED, StrategiesBaseSystem, mean
+from internalize.models.gpt import GPT, GPTConfig
+from internalize.models.latent import Factorization, draw, gaussian_kl
+from internalize.objectives import kl_weight, response_term
+from internalize.runs import load_checkpoint
+from internalize.system import Stage
+from internalize.tasks.strategies import TASKS, validate
+
+PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
+STEER_INPUTS = 60  # new inputs per (task, strategy) that a steering z is applied to
+
+
+def base_config(config: Config) -> Config:
+    """The strategies_base config of the base trained first: this run's task, seed and base sizes."""
+    m = config.model
+    return load("strategies_base", overrides=[
+        f"seed={config.seed}", f"model.width={m.width}", f"model.depth={m.depth}", f"model.heads={m.heads}",
+        f"train.steps_per_stage={m.base_steps}", "train.checkpoint_every=0", f"device={config.device}",
+    ]).model_copy(update={"task": config.task})
+
+
+class _Silent:
+    def log(self, record: dict) -> None:
+        pass
+
+    def checkpoint(self, state: dict, tensors: dict) -> None:
+        pass
+
+
+class FactorizeSystem(StrategiesBaseSystem):
+    headline = "alignment"
+    z: torch.Tensor | None = None  # (N, d_z) the z each row of the frame being generated uses
+
+    def __init__(self, config: Config):
+        self.base_model = None
+        super().__init__(config)  # the benchmark's splits and encodings; self.model is replaced below
+        base = self._base()
+        m = config.model
+        self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets).to(self.device)
+        self.model = self.net
+        self.stage_metrics = {"fidelity": None, "alignment": None}
+        self.c: float | None = None
+        self.step = 0
+        self.trajectory: list[dict] = []
+        total = config.train.steps_per_stage
+        self.snapshot_steps = sorted({round(i * total / max(1, config.eval.snapshots))
+                                      for i in range(config.eval.snapshots)}) if config.eval.snapshots else []
+        self.shares = {n: self.data_shares(n) for n in self.names}
+
+    # -- the base --------------------------------------------------------------------------------
+    def _base(self) -> GPT:
+        """The frozen base: loaded from model.base, or trained first (seeded, so resume is exact)."""
+        folder = self.config.model.base
+        if folder is None:
+            from internalize.train import train
+
+            cfg = base_config(self.config)
+            with torch.random.fork_rng():
+                torch.manual_seed(cfg.seed)
+                system = StrategiesBaseSystem(cfg)
+                train(system, cfg.train, torch.Generator().manual_seed(cfg.seed), _Silent(), show_progress=False)
+            return system.model.eval()
+        folder = Path(folder)
+        if not (folder / "config.yaml").is_file():
+            raise ValueError(f"model.base: {folder} is not a run directory (no config.yaml)")
+        cfg = load(str(folder / "config.yaml"))
+        if cfg.system != "strategies_base":
+            raise ValueError(f"model.base: {folder} is a {cfg.system} run, not strategies_base")
+        if cfg.task != self.config.task:
+            raise ValueError(f"model.base: {folder} was trained on other data (task {cfg.task.model_dump()}); "
+                             "set the same task keys")
+        found = load_checkpoint(folder)
+        if found is None:
+            raise ValueError(f"model.base: {folder} has no checkpoint")
+        model = GPT(GPTConfig(len(self.tokenizer), self.longest + 8, cfg.model.width, cfg.model.depth,
+                              cfg.model.heads))
+        missing, unexpected = model.load_state_dict({k[6:]: v for k, v in found[1].items() if k.startswith("model.")},
+                                                    strict=False)
+        if unexpected or set(missing) - {"head.weight"}:
+            raise ValueError(f"model.base: {folder}'s checkpoint does not fit its config")
+        return model.to(self.device).eval()
+
+    # -- batches ---------------------------------------------------------------------------------
+    def slots(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per row of right-padded framed tokens: the index of <z>, of <z_empty>, and of the last token."""
+        tok = self.tokenizer
+        z_at = (tokens == tok.id("<z>")).int().argmax(1)
+        end_at = (tokens != tok.pad_id).sum(1) - 1
+        return z_at, z_at + 1, end_at
+
+    def sample(self, batch_size: int, generator: torch.Generator):
+        tokens, response = super().sample(batch_size, generator)
+        if self.config.data.response_source == "base":
+            tokens, response = self.base_responses(tokens, generator)
+        return tokens, response, int(torch.randint(2**62, (1,), generator=generator))
+
+    @torch.no_grad()
+    def base_responses(self, tokens: torch.Tensor, generator: torch.Generator):
+        """The same inputs, each with a response sampled from the frozen base at temperature 1."""
+        inputs = [self.tokenizer.decode(row).split("<x>")[1].split("</x>")[0] for row in tokens.cpu().tolist()]
+        with self.net.generator.disable_adapter():
+            traces = self.generate(pd.DataFrame({"input": inputs}), 1.0, generator, steps=self.longest)
+        texts = [f"<bos><x>{x}</x><z><z_empty></z><y>{t if t is not None else ''}</y><eos>"
+                 for x, t in zip(inputs, traces)]
+        return self.encode(pd.DataFrame({"input": inputs, "text": texts}))
+
+    def decode(self, ids, mask, steps, temperature, generator, rows):
+        backbone = self.net.generator.get_base_model()
+        if self.z is None:  # the frozen base (adapter disabled by the caller): nothing injected
+            return backbone.generate(ids, steps, temperature=temperature, generator=generator,
+                                     stop_token=self.tokenizer.id("<eos>"), attention_mask=mask)
+        slots = torch.full((ids.shape[0],), ids.shape[1] - 3, device=ids.device)
+        return backbone.generate(ids, steps, temperature=temperature, generator=generator,
+                                 stop_token=self.tokenizer.id("<eos>"), attention_mask=mask,
+                                 inject=self.net.inject(slots, self.z[rows]))
+
+    # -- the objective ---------------------------------------------------------------------------
+    def terms(self, batch):
+        """Per row: the objective's response term, KL(q || r) and the mean response nll."""
+        tokens, response, seed = batch
+        z_at, slot, end_at = self.slots(tokens)
+        q = self.net.posterior_params(tokens, end_at)
+        z = draw(q, torch.Generator(device=tokens.device).manual_seed(seed))
+        logits, r = self.net.generate_pass(tokens[:, :-1], z, slot, z_at)
+        target, where = tokens[:, 1:], response[:, 1:]
+        nll = F.cross_entropy(logits.transpose(1, 2), target, reduction="none") * where  # (B, L-1)
+        surprisal = F.cross_entropy(self.net.reference_logits(tokens[:, :-1]).transpose(1, 2), target,
+                                    reduction="none") * where
+        o = self.config.objective
+        rec = response_term(o.name, nll, surprisal, where, o.alpha, o.gamma, self.c or 1.0)
+        kl = gaussian_kl(q, r)
+        return rec, kl, nll.sum(1) / where.sum(1)
+
+    def loss_of(self, batch):
+        o = self.config.objective
+        beta = kl_weight(o.name, o.beta, o.beta_warmup, self.step, self.config.train.steps_per_stage)
+        rec, kl, nll = self.terms(batch)
+        return (rec + beta * kl).mean(), {"reconstruction": float(rec.detach().mean()), "kl": float(kl.detach().mean()),
+                                          "nll": float(nll.detach().mean()), "beta": beta}
+
+    @torch.no_grad()
+    def estimate_c(self, batch) -> float:
+        """The objective's response term of the frozen base on the validation responses, averaged."""
+        tokens, response, _ = batch
+        target, where = tokens[:, 1:], response[:, 1:]
+        surprisal = F.cross_entropy(self.net.reference_logits(tokens[:, :-1]).transpose(1, 2), target,
+                                    reduction="none") * where
+        o = self.config.objective
+        return float(response_term(o.name, surprisal, surprisal, where, o.alpha, o.gamma, 1.0).mean())
+
+    def stage(self, index: int) -> Stage:
+        tokens, response = (t.to(self.device) for t in self.val)
+        if self.config.data.response_source == "base":
+            tokens, response = self.base_responses(tokens, torch.Generator().manual_seed(self.config.seed + VAL_SEED))
+        val = (tokens, response, self.config.seed + VAL_SEED)
+        if self.c is None:
+            self.c = self.estimate_c(val)
+
+        @torch.no_grad()
+        def validate_loss() -> float:
+            return float(self.loss_of(val)[0])
+
+        return Stage(info={}, params=self.net.learnable(), sample=self.sample, loss=self.loss_of,
+                     validate=validate_loss)
+
+    def on_step(self, step: int) -> None:
+        self.step = step
+        if step in self.snapshot_steps and all(s["step"] != step for s in self.trajectory):
+            self.trajectory.append(dict(step=step, **self.measure(snapshot=True)))
+
+    def state(self) -> dict:
+        return {"c": self.c, "trajectory": self.trajectory}
+
+    def load_state(self, state: dict) -> None:
+        self.c = state.get("c")
+        self.trajectory = state.get("trajectory", [])
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def data_shares(self, task: str) -> dict[str, float]:
+        counts = self.frames["train"].loc[self.frames["train"]["task"] == task, "strategy"].value_counts(normalize=True)
+        return {s: float(counts.get(s, 0.0)) for s in TASKS[task].strategies}
+
+    @torch.no_grad()
+    def route(self, frame: pd.DataFrame, generator: torch.Generator) -> torch.Tensor:
+        """(N, d_z) a z drawn from the router for each input of the frame."""
+        out = []
+        for lo in range(0, len(frame), 256):
+            ids, mask = self.prompts(frame["input"].iloc[lo:lo + 256])
+            z_at = torch.full((ids.shape[0],), ids.shape[1] - 4, device=ids.device)
+            out.append(draw(self.net.router(ids, z_at, mask), generator))
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def posterior_means(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.net.posterior_params(t, self.slots(t)[2])[0]
+                          for t in tokens.to(self.device).split(256)])
+
+    def traces_with(self, frame: pd.DataFrame, z: torch.Tensor, temperature: float,
+                    generator: torch.Generator) -> list:
+        """Verdicts of the traces sampled on each input with its row of z."""
+        self.z = z
+        try:
+            traces = self.generate(frame, temperature, generator)
+        finally:
+            self.z = None
+        return [UNCLOSED if t is None else validate(task, x, t) for task, x, t in zip(frame["task"], frame["input"], traces)]
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """eval.pairs (source, target) positions in the test frame: distinct inputs of one task, the
+        pairs spread evenly over the tasks."""
+        rng = np.random.default_rng(self.config.seed + TEST_SEED)
+        tasks = self.test["task"].to_numpy()
+        per = max(1, self.config.eval.pairs // len(self.names))
+        src, tgt = [], []
+        for name in self.names:
+            rows = np.flatnonzero(tasks == name)
+            if len(rows) < 2:
+                continue
+            for _ in range(per):
+                a, b = rng.choice(rows, size=2, replace=False)
+                src.append(a)
+                tgt.append(b)
+        return np.array(src, dtype=int), np.array(tgt, dtype=int)
+
+    def chance(self, src: np.ndarray, tgt: np.ndarray) -> dict[str, float]:
+        """Per task: P(the compatible sets intersect) for strategies drawn independently by the data's
+        shares on the two inputs of each pair."""
+        tasks = self.test["task"].to_numpy()
+        problems = [json.loads(p) for p in self.test["problem"]]
+        sets = {}
+
+        def compatible(i: int) -> dict[str, frozenset]:
+            if i not in sets:
+                traces = TASKS[tasks[i]].traces(problems[i])
+                sets[i] = {s: frozenset(o for o, u in traces.items() if u == t) for s, t in traces.items()}
+            return sets[i]
+
+        found: dict[str, list[float]] = {n: [] for n in self.names}
+        for a, b in zip(src, tgt):
+            p = self.shares[tasks[a]]
+            sa, sb = compatible(a), compatible(b)
+            found[tasks[a]].append(sum(p[s] * p[u] for s, u in product(p, p) if sa[s] & sb[u]))
+        return {n: float(np.mean(v)) for n, v in found.items() if v}
+
+    @torch.no_grad()
+    def measure(self, snapshot: bool = False) -> dict:
+        """fidelity (sampled, greedy), alignment (intersecting, strict), KL; per task and the mean."""
+        was = self.net.training
+        self.net.eval()
+        seed = self.config.seed + TEST_SEED
+        frame = self.test
+        tasks = frame["task"].to_numpy()
+        z = self.route(frame, torch.Generator(device=self.device).manual_seed(seed))
+        sampled = self.traces_with(frame, z, 1.0, torch.Generator(device=self.device).manual_seed(seed))
+        greedy = self.traces_with(frame, z, 0.0, None)
+        src, tgt = self.pairs()
+        both = frame.iloc[np.concatenate([src, tgt])]
+        zz = torch.cat([z[torch.from_numpy(src)]] * 2)  # the source's router z drives both generations
+        paired = self.traces_with(both, zz, 1.0, torch.Generator(device=self.device).manual_seed(seed + 1))
+        a, b = paired[:len(src)], paired[len(src):]
+        tokens, response = self.test_data
+        rows = torch.arange(len(tokens)).split(256)
+        kls = torch.cat([self.kl_of(tokens[r].to(self.device)) for r in rows]).cpu().numpy()
+        per_task = {}
+        for n in self.names:
+            here = tasks == n
+            pair_here = tasks[src] == n
+            per_task[n] = dict(
+                fidelity=float(np.mean([v.valid for v, h in zip(sampled, here) if h])),
+                fidelity_greedy=float(np.mean([v.valid for v, h in zip(greedy, here) if h])),
+                alignment=float(np.mean([bool(x.strategies & y.strategies)
+                                         for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
+                alignment_strict=float(np.mean([bool(x.strategies) and x.strategies == y.strategies
+                                                for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
+                kl=float(kls[here].mean()))
+        result = {k: mean({n: per_task[n][k] for n in self.names})
+                  for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "kl")}
+        if snapshot:
+            keep = torch.arange(min(PCA_EXAMPLES, len(tokens)))
+            means = self.posterior_means(tokens[keep]).cpu().numpy()
+            result["pca"] = pca2(means).round(4).tolist()
+        else:
+            result["per_task"] = per_task
+            result["pairs"] = len(src)
+            chance = self.chance(src, tgt)
+            result["alignment_chance"] = mean(chance)
+            for n in self.names:
+                per_task[n]["alignment_chance"] = chance.get(n)
+        self.net.train(was)
+        return result
+
+    def kl_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        z_at, _, end_at = self.slots(tokens)
+        return gaussian_kl(self.net.posterior_params(tokens, end_at), self.net.router(tokens, z_at))
+
+    @torch.no_grad()
+    def steering(self) -> dict:
+        """Per task and strategy: the share of that strategy among the valid traces on new inputs when
+        z is the mean posterior mean of the test traces only that strategy writes."""
+        tokens, _ = self.test_data
+        means = self.posterior_means(tokens)
+        tasks = self.test["task"].to_numpy()
+        found = {}
+        gen = torch.Generator(device=self.device).manual_seed(self.config.seed + TEST_SEED + 2)
+        for n in self.names:
+            found[n] = {}
+            for s in TASKS[n].strategies:
+                own = [i for i, v in enumerate(self.test_verdicts) if tasks[i] == n and v.strategies == {s}]
+                if not own:
+                    found[n][s] = None
+                    continue
+                z = means[own].mean(0)
+                rows = np.flatnonzero(tasks == n)[:STEER_INPUTS]
+                verdicts = self.traces_with(self.test.iloc[rows], z.expand(len(rows), -1), 1.0, gen)
+                valid = [v for v in verdicts if v.valid]
+                found[n][s] = float(np.mean([s in v.strategies for v in valid])) if valid else None
+        return found
+
+    def evaluate(self) -> dict[str, float]:
+        self.last = self.measure()
+        return {k: self.last[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_chance", "kl")}
+
+    def summary(self) -> dict:
+        if "summary" in self.last:
+            return self.last["summary"]
+        if "per_task" not in self.last:
+            self.evaluate()
+        o, m = self.config.objective, self.config.model
+        self.last["summary"] = dict(
+            {k: self.last[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
+                                       "alignment_chance", "kl", "per_task", "pairs")},
+            objective=o.name, response_source=self.config.data.response_source, c=self.c, d_z=m.d_z,
+            lora_rank=m.lora_rank, trainable_parameters=sum(p.numel() for p in self.net.learnable()),
+            tasks=self.names, test_examples=len(self.test_rows), trajectory=self.trajectory,
+            steering=self.steering(), data_strategy_shares=self.shares)
+        return self.last["summary"]
+
+    def figures(self, folder: Path, per_stage: list[dict]) -> None:
+        s = self.summary()
+        points = s["trajectory"] + [dict(step=self.config.train.steps_per_stage, fidelity=s["fidelity"],
+                                         alignment=s["alignment"], kl=s["kl"])]
+        plots.trajectories(points, ["fidelity", "alignment", "kl"], folder / "trajectory.png",
+                           f"{s['objective']}: over training (alignment chance {s['alignment_chance']:.2f})")
+        if s["trajectory"]:
+            keep = min(PCA_EXAMPLES, len(self.test))
+            labels = [f"{t} / {st}" for t, st in zip(self.test["task"][:keep], self.test["strategy"][:keep])]
+            plots.pca_snapshots({p["step"]: p["pca"] for p in s["trajectory"]}, labels, folder / "posterior_pca.png",
+                                f"{s['objective']}: posterior means (PCA) by task and strategy")
+        bars = {f"{n}\n{st}": {"steered": np.nan if v is None else v, "data": s["data_strategy_shares"][n][st]}
+                for n, row in s["steering"].items() for st, v in row.items()}
+        plots.grouped_bars(bars, folder / "steering.png", "share of valid traces",
+                           f"{s['objective']}: steering with one strategy's mean posterior z", ylim=(0, 1.05))
+
+    @staticmethod
+    def describe(summary: dict) -> str:
+        return (f"{summary['objective']} ({summary['response_source']} responses): fidelity "
+                f"{summary['fidelity']:.3f} sampled, {summary['fidelity_greedy']:.3f} greedy; alignment "
+                f"{summary['alignment']:.3f} (strict {summary['alignment_strict']:.3f}, chance "
+                f"{summary['alignment_chance']:.3f}); KL {summary['kl']:.3f}")
+
+
+def pca2(x: np.ndarray) -> np.ndarray:
+    """(N, d) -> (N, 2): the projection on the first two principal components (zeros past rank)."""
+    centred = x - x.mean(0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    out = centred @ vt[:2].T
+    return np.pad(out, ((0, 0), (0, 2 - out.shape[1])))
