@@ -214,7 +214,7 @@ class ObjectiveConfig(Strict):
     @model_validator(mode="after")
     def _ranges(self):
         if not (0 <= self.alpha <= 1 and self.gamma >= 0 and self.beta >= 0 and 0 <= self.beta_warmup <= 1):
-            raise ValueError("objective: alpha and beta_warmup in [0, 1], gamma and beta >= 0")
+            raise ValueError("alpha and beta_warmup must lie in [0, 1], gamma and beta must be >= 0")
         return self
 
 

@@ -37,6 +37,12 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
         assert {"fidelity", "fidelity_greedy", "share_tv", "response_loss", "strategy_entropy", "probes"} <= set(summary)
         assert set(summary["per_task"]) == set(summary["tasks"]) and len(summary["tasks"]) == 6
         assert {"fidelity.png", "strategy_shares.png", "probes.png"} <= figures
+    elif summary["system"] == "strategies_factorize":
+        assert {"fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_chance", "kl", "c",
+                "trajectory", "steering"} <= set(summary)
+        assert [p["step"] for p in summary["trajectory"]] == [0, 4]  # eval.snapshots = 2 of 8 steps
+        assert all(len(p["pca"]) == min(240, summary["test_examples"]) for p in summary["trajectory"])
+        assert {"trajectory.png", "posterior_pca.png", "steering.png"} <= figures
     elif summary["task"] == "sparse_parity":
         assert {"direct_accuracy", "direct_row_is_support", "support"} <= set(summary)
         assert {"direct_accuracy.png", "attention_scores.png"} <= figures
@@ -61,7 +67,8 @@ def test_smoke_log_icot_solves_parity_in_one_pass(cli, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["logicot", "automata_regimes", "sparse_parity_internalize", "strategies_base"])
+@pytest.mark.parametrize("name", ["logicot", "automata_regimes", "sparse_parity_internalize", "strategies_base",
+                                  "strategies_factorize"])
 def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     for run in ("a", "b", "c"):
         seed = 5 if run == "c" else 4
@@ -83,6 +90,9 @@ def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     (["logicot", "--set", "system=logicat"], "unknown system 'logicat'"),
     (["strategies_base", "--smoke", "--set", "task.data=no/such/dir"], "task.data: no data directory no/such/dir"),
     (["strategies_base", "--smoke", "--set", "task.tasks=[list_sum, juggling]"], "unknown task 'juggling'"),
+    (["strategies_factorize", "--smoke", "--set", "objective.name=magic"], "objective.name: Input should be 'elbo'"),
+    (["strategies_factorize", "--smoke", "--set", "objective.alpha=2"], "alpha and beta_warmup must lie in [0, 1]"),
+    (["strategies_factorize", "--smoke", "--set", "data.response_source=web"], "data.response_source"),
     pytest.param(["logicot", "--set", "device=cuda"], "CUDA is not available",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")),
 ])

@@ -24,6 +24,9 @@ LONG_SMOKE = {  # seconds-long runs that log every step and checkpoint every 7
                  "train.checkpoint_every=7", "--set", "curriculum.smoothing=4"],
     "strategies": ["strategies_base", "--smoke", "--quiet", "--set", "train.steps_per_stage=80", "--set",
                    "train.eval_every=1", "--set", "train.checkpoint_every=7"],
+    # responses sampled from the base: the trainer's generator draws them, so resume must replay it
+    "factorize": ["strategies_factorize", "--smoke", "--quiet", "--set", "train.steps_per_stage=60", "--set",
+                  "train.eval_every=1", "--set", "train.checkpoint_every=7", "--set", "data.response_source=base"],
 }
 
 

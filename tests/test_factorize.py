@@ -1,0 +1,154 @@
+"""The latent-strategies factorisation: the frozen reference, the objectives' terms, the KL."""
+import json
+
+import pytest
+import torch
+
+from internalize.config import load
+from internalize.experiments import build
+from internalize.models.gpt import GPT, GPTConfig
+from internalize.models.latent import Factorization, gaussian_kl
+from internalize.objectives import LATENT_OBJECTIVES, token_weights
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def small_base(seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab=43, max_len=40, width=32, depth=2, heads=2))
+
+
+def perturb_adapters(net: Factorization, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.learnable():
+            p.add_(0.2 * torch.randn(p.shape, generator=gen))
+
+
+def test_disabled_adapters_are_the_base_even_after_the_adapters_moved():
+    base = small_base()
+    net = Factorization(base, d_z=4, rank=2, alpha=4.0, targets=["qkv", "proj", "fc_in", "fc_out"])
+    idx = torch.randint(0, 43, (3, 12), generator=torch.Generator().manual_seed(0))
+    expected = base(idx)[0]
+    assert torch.allclose(net.generator(idx)[0], expected, atol=1e-6)  # LoRA B starts at zero
+    perturb_adapters(net)
+    assert not torch.allclose(net.generator(idx)[0], expected, atol=1e-3)  # the adapters do act
+    assert not torch.allclose(net.posterior(idx)[0], expected, atol=1e-3)
+    assert torch.allclose(net.reference_logits(idx), expected, atol=1e-6)
+    assert all(not p.requires_grad for n, p in net.named_parameters() if "lora" not in n and "head" not in n
+               and "embed_z" not in n)
+
+
+def test_the_two_copies_have_their_own_adapters():
+    net = Factorization(small_base(), d_z=4, rank=2, alpha=4.0, targets=["qkv"])
+    gen = {n for n, p in net.generator.named_parameters() if p.requires_grad}
+    post = {n for n, p in net.posterior.named_parameters() if p.requires_grad}
+    assert gen and gen == post  # the same names ...
+    a = dict(net.generator.named_parameters())
+    b = dict(net.posterior.named_parameters())
+    assert all(a[n] is not b[n] for n in gen)  # ... but separate tensors
+
+
+def test_kl_matches_torch_distributions():
+    gen = torch.Generator().manual_seed(0)
+    q = (torch.randn(5, 7, generator=gen), torch.randn(5, 7, generator=gen))
+    r = (torch.randn(5, 7, generator=gen), torch.randn(5, 7, generator=gen))
+    normal = torch.distributions.Normal
+    expected = torch.distributions.kl_divergence(normal(q[0], (0.5 * q[1]).exp()),
+                                                 normal(r[0], (0.5 * r[1]).exp())).sum(-1)
+    assert torch.allclose(gaussian_kl(q, r), expected, atol=1e-5)
+    assert torch.allclose(gaussian_kl(q, q), torch.zeros(5), atol=1e-6)
+
+
+def weights(name, surprisal, response, alpha=0.05, gamma=0.25):
+    return token_weights(name, surprisal, response, alpha, gamma)
+
+
+def test_token_weights_of_each_objective():
+    gen = torch.Generator().manual_seed(0)
+    surprisal = torch.rand(4, 9, generator=gen) * 3
+    response = torch.zeros(4, 9, dtype=torch.bool)
+    for i, length in enumerate([9, 5, 3, 7]):
+        response[i, 9 - length:] = True
+    for name in ("model_directed", "token_weighting", "token_inverse", "global_scale"):
+        a = weights(name, surprisal, response)
+        assert torch.allclose(a.sum(-1), torch.ones(4)), name  # a weighted mean over each response
+        assert (a[~response] == 0).all(), name
+    assert torch.equal(weights("elbo", surprisal, response), response.float())
+    assert torch.equal(weights("beta_elbo", surprisal, response), response.float())
+    uniform = weights("global_scale", surprisal, response)
+    assert torch.allclose(uniform[response], (1 / response.sum(-1, keepdim=True).float()).expand(-1, 9)[response])
+    # surprisal weighting puts more weight on surprising tokens, inverse on easy ones, alpha = 1 on neither
+    up, down = weights("model_directed", surprisal, response), weights("token_inverse", surprisal, response)
+    for row in range(4):
+        s, u, d = surprisal[row][response[row]], up[row][response[row]], down[row][response[row]]
+        assert torch.equal(torch.argsort(s), torch.argsort(u))
+        assert torch.equal(torch.argsort(s), torch.argsort(d, descending=True))
+    assert torch.allclose(weights("model_directed", surprisal, response, alpha=1.0), uniform)
+    assert set(LATENT_OBJECTIVES) == {"elbo", "beta_elbo", "model_directed", "token_weighting", "global_scale",
+                                      "token_inverse"}
+
+
+def smoke_system(*overrides):
+    torch.manual_seed(0)
+    return build(load("strategies_factorize", scale="smoke", overrides=list(overrides)))
+
+
+@pytest.mark.slow
+def test_the_response_term_is_one_when_the_generator_is_the_base_and_each_ablation_changes_its_term():
+    found = {}
+    for name in LATENT_OBJECTIVES:
+        system = smoke_system(f"objective.name={name}")
+        stage = system.stage(0)  # estimates c on the validation responses
+        val = (*(t.to(system.device) for t in system.val), system.config.seed + 1)
+        with torch.no_grad():
+            rec, kl, nll = system.terms(val)
+        found[name] = (rec, system.c, nll)
+        assert torch.allclose(kl, torch.zeros_like(kl), atol=1e-5)  # both heads start standard normal
+        if LATENT_OBJECTIVES[name][1]:  # normalised by c: exactly 1 on average where c was estimated
+            assert float(rec.mean()) == pytest.approx(1.0, abs=1e-5), name
+        assert stage.params and all(p.requires_grad for p in stage.params)
+    md_rec, md_c, _ = found["model_directed"]
+    tw_rec, _, _ = found["token_weighting"]
+    assert torch.allclose(tw_rec, md_rec * md_c, atol=1e-5)  # token_weighting: only c removed
+    elbo_rec, _, nll = found["elbo"]
+    assert torch.allclose(found["beta_elbo"][0], elbo_rec)  # the same response term, a different beta
+    lengths = (system.val[1][:, 1:]).sum(1).float()
+    assert torch.allclose(elbo_rec, nll * lengths, atol=1e-4)  # summed, not averaged
+    gs_rec, gs_c, _ = found["global_scale"]
+    assert torch.allclose(gs_rec, nll / gs_c, atol=1e-5)  # global_scale: the mean token loss over c
+
+
+def test_the_kl_weight_warms_up_and_elbo_keeps_one():
+    from internalize.objectives import kl_weight
+
+    assert kl_weight("elbo", 0.01, 1.0, 0, 100) == 1.0
+    assert kl_weight("model_directed", 0.01, 1.0, 0, 100) == 0.0
+    assert kl_weight("model_directed", 0.01, 0.5, 25, 100) == pytest.approx(0.005)
+    assert kl_weight("model_directed", 0.01, 0.5, 80, 100) == pytest.approx(0.01)
+    assert kl_weight("beta_elbo", 0.2, 0.0, 0, 100) == pytest.approx(0.2)
+
+
+@pytest.mark.slow
+def test_a_base_run_is_loaded_and_bad_bases_are_one_line(cli, tmp_path):
+    base = tmp_path / "base"
+    assert cli("run", "strategies_base", "--smoke", "--quiet", "--out", base).exit_code == 0
+    out = tmp_path / "fz"
+    result = cli("run", "strategies_factorize", "--smoke", "--quiet", "--set", f"model.base={base}", "--out", out)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0 <= summary["alignment_chance"] <= 1 and summary["pairs"] > 0
+    # the frozen reference is the loaded base, exactly
+    system = smoke_system(f"model.base={base}")
+    from internalize.runs import load_checkpoint
+
+    tensors = load_checkpoint(base)[1]
+    model = GPT(system.net.base_cfg)
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
+    tokens = system.val[0][:4]
+    assert torch.allclose(system.net.reference_logits(tokens), model(tokens)[0], atol=1e-5)
+    for setting, message in ((f"model.base={tmp_path}", "is not a run directory"),
+                             (f"model.base={base}", "trained on other data")):
+        extra = ["--set", "task.per_task=50"] if "other data" in message else []
+        result = cli("run", "strategies_factorize", "--smoke", "--set", setting, *extra, "--out", tmp_path / "x")
+        assert result.exit_code == 2 and message in result.output, result.output
