@@ -124,12 +124,19 @@ class LatentModel(Strict):
     d_z: int = 16  # latent dimensions (the paper: 64)
     lora_rank: int = 8  # the paper: 16
     lora_alpha: float = 16.0  # the paper: 32
-    lora_targets: list[str] = ["qkv", "proj", "fc_in", "fc_out"]  # the GPT's linear layers LoRA adapts
+    # the layers LoRA adapts, by name; None: every linear layer of the blocks (the GPT's qkv, proj,
+    # fc_in, fc_out; a Hugging Face model's Linear and Conv1D layers but its LM head)
+    lora_targets: Optional[list[str]] = None
+    # a Hugging Face causal LM saved in this local directory is the base (it reads the benchmark's
+    # token ids; needs the strategies extra); exclusive with model.base
+    hf_path: Optional[str] = None
 
     @model_validator(mode="after")
     def _sizes(self):
         if min(self.d_z, self.lora_rank, self.base_steps) < 1:
             raise ValueError("model.d_z, model.lora_rank and model.base_steps must be positive")
+        if self.base is not None and self.hf_path is not None:
+            raise ValueError("set model.base or model.hf_path, not both")
         return self
 
 

@@ -152,3 +152,62 @@ def test_a_base_run_is_loaded_and_bad_bases_are_one_line(cli, tmp_path):
         extra = ["--set", "task.per_task=50"] if "other data" in message else []
         result = cli("run", "strategies_factorize", "--smoke", "--set", setting, *extra, "--out", tmp_path / "x")
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def tiny_hf_model(folder):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    lm = GPT2LMHeadModel(GPT2Config(vocab_size=48, n_positions=96, n_embd=32, n_layer=2, n_head=2,
+                                    bos_token_id=None, eos_token_id=None))
+    lm.save_pretrained(folder)
+    return lm.eval()
+
+
+def test_a_hugging_face_model_behind_the_gpt_interface(tmp_path):
+    from internalize.models.hf import HFCausalLM
+
+    lm = tiny_hf_model(tmp_path / "hf")
+    model = HFCausalLM.load(tmp_path / "hf", vocab=43)
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(1, 43, (3, 10), generator=gen)
+    assert torch.allclose(model(idx)[0], lm(idx).logits[..., :43], atol=1e-5)  # cut to the tokenizer
+    # a left-padded row gives, at its real tokens, what it gives alone
+    mask = torch.ones(3, 10, dtype=torch.bool)
+    mask[1, :4] = False
+    alone = model(idx[1:2, 4:])[0]
+    assert torch.allclose(model(idx, attention_mask=mask)[0][1, 4:], alone[0], atol=1e-5)
+    # cached decoding equals recomputation; temperature-0 sampling is greedy
+    steps = 6
+    new = model.generate(idx, steps)
+    full = idx
+    for _ in range(steps):
+        full = torch.cat([full, model(full)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(new, full[:, 10:])
+    # an injected vector changes what follows its slot only
+    vectors = torch.randn(3, 32, generator=gen)
+    with_z = model(idx, inject=(torch.full((3,), 5), vectors))[0]
+    base = model(idx)[0]
+    assert torch.allclose(with_z[:, :5], base[:, :5], atol=1e-6) and not torch.allclose(with_z[:, 5:], base[:, 5:])
+    assert {"c_attn", "c_proj", "c_fc"} <= set(model.lora_targets()) and "lm_head" not in model.lora_targets()
+
+
+@pytest.mark.slow
+def test_the_factorisation_runs_on_a_hugging_face_base(cli, tmp_path):
+    from internalize.models.hf import HFCausalLM
+
+    tiny_hf_model(tmp_path / "hf")
+    out = tmp_path / "fz"
+    result = cli("run", "strategies_factorize", "--smoke", "--quiet", "--set", f"model.hf_path={tmp_path / 'hf'}",
+                 "--out", out)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trainable_parameters"] > 0 and 0 <= summary["alignment_chance"] <= 1
+    system = smoke_system(f"model.hf_path={tmp_path / 'hf'}")
+    tokens = system.val[0][:4]
+    reference = HFCausalLM.load(tmp_path / "hf", vocab=43)(tokens)[0]
+    perturb_adapters(system.net)
+    assert torch.allclose(system.net.reference_logits(tokens), reference, atol=1e-5)
+    for setting, message in ((f"model.hf_path={tmp_path}", "holds no Hugging Face model"),):
+        result = cli("run", "strategies_factorize", "--smoke", "--set", setting, "--out", tmp_path / "x")
+        assert result.exit_code == 2 and message in result.output, result.output

@@ -82,8 +82,17 @@ class FactorizeSystem(StrategiesBaseSystem):
         self.shares = {n: self.data_shares(n) for n in self.names}
 
     # -- the base --------------------------------------------------------------------------------
-    def _base(self) -> GPT:
-        """The frozen base: loaded from model.base, or trained first (seeded, so resume is exact)."""
+    def _base(self) -> torch.nn.Module:
+        """The frozen base: a Hugging Face model from model.hf_path, a strategies_base run's GPT from
+        model.base, or a GPT trained first (seeded, so resume is exact)."""
+        if self.config.model.hf_path is not None:
+            from internalize.models.hf import HFCausalLM
+
+            model = HFCausalLM.load(self.config.model.hf_path, len(self.tokenizer))
+            if model.cfg.max_len < self.longest + 8:
+                raise ValueError(f"model.hf_path: the model's {model.cfg.max_len} positions are fewer than the "
+                                 f"benchmark's longest sequence and 8 ({self.longest + 8})")
+            return model.to(self.device)
         folder = self.config.model.base
         if folder is None:
             from internalize.train import train

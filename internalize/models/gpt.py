@@ -29,6 +29,16 @@ Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per block: keys, values, each
 Inject = tuple[torch.Tensor, torch.Tensor]  # slots (B,) long, vectors (B, width)
 
 
+def add_at(x: torch.Tensor, inject: Inject | None, offset: int) -> torch.Tensor:
+    """x (B, T, C), the embeddings of sequence positions offset..offset+T-1, with each row's injected
+    vector added at its slot (if that slot is among them)."""
+    if inject is None:
+        return x
+    slots, vectors = inject
+    hit = slots[:, None] == torch.arange(offset, offset + x.shape[1], device=x.device)  # (B, T)
+    return x + hit[..., None] * vectors[:, None, :]
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     vocab: int
@@ -156,12 +166,7 @@ class GPT(nn.Module):
             positions = torch.arange(offset, offset + T, device=idx.device)  # (T,)
         elif positions.numel() and int(positions.max()) >= self.cfg.max_len:
             raise ValueError(f"position {int(positions.max())} exceeds the model's max_len {self.cfg.max_len}")
-        x = self.tok(idx) + self.pos(positions)  # (B, T, C)
-        if inject is not None:
-            slots, vectors = inject
-            hit = slots[:, None] == torch.arange(offset, offset + T, device=idx.device)  # (B, T)
-            x = x + hit[..., None] * vectors[:, None, :]  # (B, T, C)
-        x = self.hook_embed(x)
+        x = self.hook_embed(add_at(self.tok(idx) + self.pos(positions), inject, offset))  # (B, T, C)
         new_cache = []
         for i, block in enumerate(self.blocks):
             x, kv = block(x, cache[i] if cache else None, mask)
@@ -178,6 +183,13 @@ class GPT(nn.Module):
                 stack.callback(handle.remove)
             logits, _ = self(idx, **forward_kwargs)
         return logits, store
+
+    def features(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 inject: Inject | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (B, T, vocab) and the final hidden states (B, T, width), after the last LayerNorm."""
+        last = f"blocks.{self.cfg.depth - 1}.hook_resid_post"
+        logits, store = self.run_with_cache(idx, names=[last], attention_mask=attention_mask, inject=inject)
+        return logits, self.ln_f(store[last])
 
     def token_logprobs(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        inject: Inject | None = None) -> torch.Tensor:

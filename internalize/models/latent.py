@@ -17,9 +17,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 from torch import nn
 
-from internalize.models.gpt import GPT, Inject
+from internalize.models.gpt import Inject
 
 LOGVAR_CLAMP = 8.0  # log-variances are clamped to [-8, 8]
+GPT_TARGETS = ("qkv", "proj", "fc_in", "fc_out")  # every linear layer of the toolkit GPT's blocks
 
 
 class Gaussian(nn.Module):
@@ -50,10 +51,14 @@ def draw(params: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator |
 
 
 class Factorization(nn.Module):
-    def __init__(self, base: GPT, d_z: int, rank: int, alpha: float, targets: list[str]):
+    def __init__(self, base: nn.Module, d_z: int, rank: int, alpha: float, targets: list[str] | None = None):
+        """base: the toolkit's GPT or an HFCausalLM; targets: the layer names LoRA adapts (None: every
+        linear layer of the blocks)."""
         super().__init__()
         self.base_cfg = base.cfg
         base = copy.deepcopy(base).requires_grad_(False)
+        if targets is None:
+            targets = base.lora_targets() if hasattr(base, "lora_targets") else list(GPT_TARGETS)
         config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
         self.generator = get_peft_model(copy.deepcopy(base), config)
         self.posterior = get_peft_model(base, copy.deepcopy(config))
@@ -69,10 +74,8 @@ class Factorization(nn.Module):
 
     @staticmethod
     def _run(model, idx: torch.Tensor, mask: torch.Tensor | None, inject: Inject | None):
-        """Logits (B, T, V) and the final hidden states (B, T, width) of a (peft-wrapped) GPT."""
-        last = f"blocks.{model.cfg.depth - 1}.hook_resid_post"
-        logits, store = model.run_with_cache(idx, names=[last], attention_mask=mask, inject=inject)
-        return logits, model.ln_f(store[last])
+        """Logits (B, T, V) and the final hidden states (B, T, width) of a (peft-wrapped) backbone."""
+        return model.features(idx, attention_mask=mask, inject=inject)
 
     @staticmethod
     def _at(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -103,6 +106,6 @@ class Factorization(nn.Module):
     def reference_logits(self, idx: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The frozen base p_theta: the generator's copy with its adapter disabled, nothing injected."""
         with self.generator.disable_adapter():
-            logits, _ = self.generator(idx, attention_mask=mask)
+            logits, _ = self.generator.get_base_model()(idx, attention_mask=mask)
         return logits
 
