@@ -17,6 +17,7 @@ A sweep file:
       relearn_loss: 0.1               # optional: the loss steps_to_relearn waits for (curricula with stages)
       figures:
         - {x: task.k, y: samples_to_full_accuracy, logx: true, logy: true, fit: power}
+        - {x: fidelity, y: alignment, scatter: true, group: objective.name}  # two summary figures
 
 Re-running a sweep skips finished runs, continues interrupted ones from their checkpoints and
 retries failed ones; a failing run is recorded with its error and never stops the others.
@@ -53,6 +54,8 @@ class FigureSpec(Strict):
     logx: bool = False
     logy: bool = False
     fit: Literal["none", "power"] = "none"  # power: a straight line in log-log, its slope reported
+    # scatter: x is a summary figure too; each run a point, each group its mean with both spreads
+    scatter: bool = False
     title: str = ""
 
     @property
@@ -110,7 +113,7 @@ def check_figures(spec: SweepSpec) -> None:
     missing figure at the end of the sweep): its x (unless per stage), group and only keys."""
     keys = [*point_keys(spec), "seed"]
     for i, fig in enumerate(spec.report.figures):
-        named = [*([] if fig.per_stage else [fig.x]), *fig.group_keys, *fig.only]
+        named = [*([] if fig.per_stage or fig.scatter else [fig.x]), *fig.group_keys, *fig.only]
         for key in named:
             if key not in keys:
                 raise ConfigError(f"report.figures.{i}: {key!r} is not a key of the sweep's grid or cases "

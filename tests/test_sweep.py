@@ -297,3 +297,20 @@ def test_a_report_of_a_sweep_still_running_reads_the_runs_finished_so_far(tmp_pa
     assert report.startswith(f"# Sweep {tmp_path.name} (experiment automata_direction)")
     assert "3 of 4 runs finished, 0 failed, 1 not run" in report
     assert "| left | 2 | 0.5 ± 0 |" in report and "| right | 1 | 0.5 ± 0 |" in report
+
+
+def test_a_scatter_figure_sets_two_summary_figures_against_each_other(tmp_path):
+    text = STAGED.split("  figures:")[0] + "  figures:\n    - {x: lowest_id_accuracy, y: id_accuracy, scatter: true, " \
+                                           "group: curriculum.name}\n"
+    spec = read_spec(write(tmp_path, text))
+    (tmp_path / "sweep.yaml").write_text(text)
+    tasks = expand(spec)
+    for t in tasks:
+        fake_run(tmp_path, t["id"], [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0 - 0.1 * i)
+                                     for i in range(3)])
+    collect(tmp_path, spec, tasks)
+    write_report(tmp_path)
+    assert (tmp_path / "figures" / "id_accuracy_vs_lowest_id_accuracy_by_curriculum_name.png").stat().st_size > 1000
+    # without scatter, an x that is not a key of the sweep is refused as a typo
+    with pytest.raises(ConfigError, match="'lowest_id_accuracy' is not a key of the sweep"):
+        expand(read_spec(write(tmp_path, text.replace(", scatter: true", ""))))

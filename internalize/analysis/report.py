@@ -98,6 +98,8 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
+    if spec.scatter:
+        return scatter(table, spec, path)
     fits = []
     fig, ax = plt.subplots(figsize=(6, 4))
     table = table.copy()
@@ -153,6 +155,41 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return fits
+
+
+def scatter(table, spec: FigureSpec, path: Path) -> list[str]:
+    """y against x, both summary figures: a faint point per run, each group's mean with the standard
+    deviation of each coordinate over its runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    keys = spec.group_keys
+    groups = list(table.groupby(keys, sort=True, dropna=False)) if keys else [((), table)]
+    for i, (name, part) in enumerate(groups):
+        part = part[np.isfinite(part[spec.x].astype(float)) & np.isfinite(part[spec.y].astype(float))]
+        if part.empty:
+            continue
+        x, y = part[spec.x].astype(float), part[spec.y].astype(float)
+        color = f"C{i % 10}"
+        ax.scatter(x, y, s=14, alpha=0.35, color=color)
+        ax.errorbar(x.mean(), y.mean(), xerr=x.std() if len(x) > 1 else 0, yerr=y.std() if len(y) > 1 else 0,
+                    color=color, marker="o", ms=7, capsize=3, label=group_label(keys, name) or None)
+    for axis, key in ((ax.set_xlim, spec.x), (ax.set_ylim, spec.y)):
+        if table[key].astype(float).between(0, 1).all():
+            axis(-0.03, 1.03)
+    ax.set_xlabel(spec.x)
+    ax.set_ylabel(spec.y)
+    ax.set_title(spec.title or f"{spec.y} against {spec.x}", fontsize=10)
+    ax.grid(alpha=0.3, lw=0.4)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return []
 
 
 def write_report(root: Path, table=None) -> Path:
