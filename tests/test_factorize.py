@@ -211,3 +211,15 @@ def test_the_factorisation_runs_on_a_hugging_face_base(cli, tmp_path):
     for setting, message in ((f"model.hf_path={tmp_path}", "holds no Hugging Face model"),):
         result = cli("run", "strategies_factorize", "--smoke", "--set", setting, "--out", tmp_path / "x")
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_alignment_among_faithful_pairs_leaves_out_unfaithful_ones():
+    from internalize.experiments.factorize import consistent_when_valid
+    from internalize.tasks.strategies import Verdict
+
+    def v(*strategies, valid=True):
+        return Verdict(valid, valid, frozenset(strategies), "")
+
+    pairs = [(v("a"), v("a", "b")), (v("a"), v("b")), (v(valid=False), v("a")), (v("b"), v(valid=False))]
+    assert consistent_when_valid(pairs) == 0.5  # two faithful pairs, one of them consistent
+    assert consistent_when_valid(pairs[2:]) is None

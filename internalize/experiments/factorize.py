@@ -12,7 +12,8 @@ from the frozen base (`data.response_source`).
 Evaluation on the test split: z drawn from the router, traces sampled at temperature 1 (greedy
 beside). fidelity: the share of valid traces. alignment: `eval.pairs` pairs of distinct inputs of
 the same task; one router z (from the first) drives both generations; consistent when the two
-compatible-strategy sets intersect (strict: when they are equal); alignment_chance: the same
+compatible-strategy sets intersect (strict: when they are equal; valid: among the pairs whose two
+traces are both faithful, which takes fidelity's share out); alignment_chance: the same
 figure for strategies drawn independently by the data's shares, coinciding traces included. kl:
 KL(q || r) on the test traces. `eval.snapshots` evaluations during training give the
 trajectories and the PCA of posterior means; steering applies the mean posterior z of one
@@ -315,9 +316,10 @@ class FactorizeSystem(StrategiesBaseSystem):
                                          for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
                 alignment_strict=float(np.mean([bool(x.strategies) and x.strategies == y.strategies
                                                 for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
+                alignment_valid=consistent_when_valid([(x, y) for x, y, h in zip(a, b, pair_here) if h]),
                 kl=float(kls[here].mean()))
         result = {k: mean({n: per_task[n][k] for n in self.names})
-                  for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "kl")}
+                  for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")}
         if snapshot:
             keep = torch.arange(min(PCA_EXAMPLES, len(tokens)))
             means = self.posterior_means(tokens[keep]).cpu().numpy()
@@ -371,7 +373,7 @@ class FactorizeSystem(StrategiesBaseSystem):
         o, m = self.config.objective, self.config.model
         self.last["summary"] = dict(
             {k: self.last[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
-                                       "alignment_chance", "kl", "per_task", "pairs")},
+                                       "alignment_valid", "alignment_chance", "kl", "per_task", "pairs")},
             objective=o.name, response_source=self.config.data.response_source, c=self.c, d_z=m.d_z,
             lora_rank=m.lora_rank, trainable_parameters=sum(p.numel() for p in self.net.learnable()),
             tasks=self.names, test_examples=len(self.test_rows), trajectory=self.trajectory,
@@ -398,8 +400,17 @@ class FactorizeSystem(StrategiesBaseSystem):
     def describe(summary: dict) -> str:
         return (f"{summary['objective']} ({summary['response_source']} responses): fidelity "
                 f"{summary['fidelity']:.3f} sampled, {summary['fidelity_greedy']:.3f} greedy; alignment "
-                f"{summary['alignment']:.3f} (strict {summary['alignment_strict']:.3f}, chance "
+                f"{summary['alignment']:.3f} (strict {summary['alignment_strict']:.3f}, among faithful pairs "
+                + ("n/a" if summary.get("alignment_valid") is None else f"{summary['alignment_valid']:.3f}")
+                + f", chance "
                 f"{summary['alignment_chance']:.3f}); KL {summary['kl']:.3f}")
+
+
+def consistent_when_valid(pairs: list) -> float | None:
+    """The share of pairs with intersecting strategy sets among those whose two traces are both
+    faithful (None when no pair is): alignment with fidelity's share taken out."""
+    both = [bool(x.strategies & y.strategies) for x, y in pairs if x.valid and y.valid]
+    return float(np.mean(both)) if both else None
 
 
 def pca2(x: np.ndarray) -> np.ndarray:
