@@ -49,6 +49,7 @@ class FigureSpec(Strict):
     x: str  # a grid key (with per_stage: a key of the per-stage records, e.g. removed)
     y: str  # a summary figure (with per_stage: a per-stage figure, e.g. ood_accuracy)
     per_stage: bool = False  # one point per stage of every run instead of one per run
+    records: str = "per_stage"  # with per_stage: the summary's list of records read (trajectory: snapshots)
     only: dict[str, Any] = {}  # keep the runs whose grid keys have these values, e.g. {task.automaton: cyclic}
     group: Union[str, list[str], None] = None  # another grid key (or several): one line per value
     logx: bool = False

@@ -40,8 +40,9 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
     elif summary["system"] == "strategies_factorize":
         assert {"fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_chance", "kl", "c",
                 "trajectory", "steering"} <= set(summary)
-        assert [p["step"] for p in summary["trajectory"]] == [0, 4]  # eval.snapshots = 2 of 8 steps
-        assert all(len(p["pca"]) == min(240, summary["test_examples"]) for p in summary["trajectory"])
+        assert [p["step"] for p in summary["trajectory"]] == [0, 4, 8]  # eval.snapshots = 2 of 8 steps, the end
+        assert all(len(p["pca"]) == min(240, summary["test_examples"]) for p in summary["trajectory"][:2])
+        assert summary["trajectory"][-1]["alignment"] == summary["alignment"]
         assert {"trajectory.png", "posterior_pca.png", "steering.png"} <= figures
     elif summary["task"] == "sparse_parity":
         assert {"direct_accuracy", "direct_row_is_support", "support"} <= set(summary)

@@ -314,3 +314,22 @@ def test_a_scatter_figure_sets_two_summary_figures_against_each_other(tmp_path):
     # without scatter, an x that is not a key of the sweep is refused as a typo
     with pytest.raises(ConfigError, match="'lowest_id_accuracy' is not a key of the sweep"):
         expand(read_spec(write(tmp_path, text.replace(", scatter: true", ""))))
+
+
+def test_a_per_stage_figure_can_read_another_list_of_records(tmp_path):
+    text = STAGED.split("  figures:")[0] + "  figures:\n    - {x: step, y: alignment, per_stage: true, " \
+                                           "records: trajectory, group: curriculum.name}\n"
+    spec = read_spec(write(tmp_path, text))
+    (tmp_path / "sweep.yaml").write_text(text)
+    tasks = expand(spec)
+    for t in tasks:
+        fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=1.0)])
+        path = tmp_path / "runs" / t["id"] / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["trajectory"] = [dict(step=s, alignment=0.3 + 0.1 * s) for s in range(4)]
+        path.write_text(json.dumps(summary))
+    table = collect(tmp_path, spec, tasks)
+    points = stage_table(tmp_path, table, ["curriculum.name"], "trajectory")
+    assert len(points) == 4 * 4 and points.groupby("step")["alignment"].mean().round(6).tolist() == [0.3, 0.4, 0.5, 0.6]
+    write_report(tmp_path)
+    assert (tmp_path / "figures" / "alignment_vs_step_by_curriculum_name.png").stat().st_size > 1000

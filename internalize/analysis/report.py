@@ -27,14 +27,15 @@ def load_table(root: Path, spec: SweepSpec):
     raise ConfigError(f"{root} holds no sweep results (results.parquet); run `internalize sweep` first")
 
 
-def stage_table(root: Path, done, keys: list[str]):
-    """One row per stage of every finished run: its per-stage record and the run's grid point."""
+def stage_table(root: Path, done, keys: list[str], records: str = "per_stage"):
+    """One row per stage of every finished run (per record of the summary's list `records`): the
+    record and the run's grid point."""
     import pandas as pd
 
     rows = []
     for run in done.to_dict("records"):
         summary = json.loads((root / "runs" / run["run_id"] / "summary.json").read_text())
-        rows += [{**{k: run[k] for k in [*keys, "seed"]}, **record} for record in summary.get("per_stage", [])]
+        rows += [{**{k: run[k] for k in [*keys, "seed"]}, **record} for record in summary.get(records, [])]
     return pd.DataFrame(rows)
 
 
@@ -224,9 +225,9 @@ def write_report(root: Path, table=None) -> Path:
         for old in (root / "figures").glob("*.png"):  # every figure here is the report's: none goes stale
             old.unlink()
         lines += ["", "## Figures", ""]
-        stages = stage_table(root, done, keys) if any(f.per_stage for f in spec.report.figures) else None
+        stages = {f.records: stage_table(root, done, keys, f.records) for f in spec.report.figures if f.per_stage}
         for fig in spec.report.figures:
-            data = stages if fig.per_stage else done
+            data = stages[fig.records] if fig.per_stage else done
             for key, value in fig.only.items():
                 data = data[data[key] == value] if key in data.columns else data.iloc[:0]
             missing = [c for c in (fig.x, fig.y, *fig.group_keys) if c not in data.columns]

@@ -42,6 +42,7 @@ from internalize.system import Stage
 from internalize.tasks.strategies import TASKS, validate
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
+TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
 STEER_INPUTS = 60  # new inputs per (task, strategy) that a steering z is applied to
 
 
@@ -318,8 +319,7 @@ class FactorizeSystem(StrategiesBaseSystem):
                                                 for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
                 alignment_valid=consistent_when_valid([(x, y) for x, y, h in zip(a, b, pair_here) if h]),
                 kl=float(kls[here].mean()))
-        result = {k: mean({n: per_task[n][k] for n in self.names})
-                  for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")}
+        result = {k: mean({n: per_task[n][k] for n in self.names}) for k in TRAJECTORY}
         if snapshot:
             keep = torch.arange(min(PCA_EXAMPLES, len(tokens)))
             means = self.posterior_means(tokens[keep]).cpu().numpy()
@@ -376,20 +376,21 @@ class FactorizeSystem(StrategiesBaseSystem):
                                        "alignment_valid", "alignment_chance", "kl", "per_task", "pairs")},
             objective=o.name, response_source=self.config.data.response_source, c=self.c, d_z=m.d_z,
             lora_rank=m.lora_rank, trainable_parameters=sum(p.numel() for p in self.net.learnable()),
-            tasks=self.names, test_examples=len(self.test_rows), trajectory=self.trajectory,
+            tasks=self.names, test_examples=len(self.test_rows),
+            trajectory=[*self.trajectory, dict(step=self.config.train.steps_per_stage,
+                                               **{k: self.last[k] for k in TRAJECTORY})],  # the end, without PCA
             steering=self.steering(), data_strategy_shares=self.shares)
         return self.last["summary"]
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         s = self.summary()
-        points = s["trajectory"] + [dict(step=self.config.train.steps_per_stage, fidelity=s["fidelity"],
-                                         alignment=s["alignment"], kl=s["kl"])]
-        plots.trajectories(points, ["fidelity", "alignment", "kl"], folder / "trajectory.png",
+        plots.trajectories(s["trajectory"], ["fidelity", "alignment", "kl"], folder / "trajectory.png",
                            f"{s['objective']}: over training (alignment chance {s['alignment_chance']:.2f})")
-        if s["trajectory"]:
+        snapshots = {p["step"]: p["pca"] for p in s["trajectory"] if "pca" in p}
+        if snapshots:
             keep = min(PCA_EXAMPLES, len(self.test))
             labels = [f"{t} / {st}" for t, st in zip(self.test["task"][:keep], self.test["strategy"][:keep])]
-            plots.pca_snapshots({p["step"]: p["pca"] for p in s["trajectory"]}, labels, folder / "posterior_pca.png",
+            plots.pca_snapshots(snapshots, labels, folder / "posterior_pca.png",
                                 f"{s['objective']}: posterior means (PCA) by task and strategy")
         bars = {f"{n}\n{st}": {"steered": np.nan if v is None else v, "data": s["data_strategy_shares"][n][st]}
                 for n, row in s["steering"].items() for st, v in row.items()}
