@@ -223,3 +223,18 @@ def test_alignment_among_faithful_pairs_leaves_out_unfaithful_ones():
     pairs = [(v("a"), v("a", "b")), (v("a"), v("b")), (v(valid=False), v("a")), (v("b"), v(valid=False))]
     assert consistent_when_valid(pairs) == 0.5  # two faithful pairs, one of them consistent
     assert consistent_when_valid(pairs[2:]) is None
+
+
+@pytest.mark.slow
+def test_the_chance_of_alignment_follows_the_shares_it_is_given():
+    system = smoke_system()
+    src, tgt = system.pairs()
+    tasks = system.test["task"].to_numpy()
+    assert len(src) > 0 and all(tasks[a] == tasks[b] and a != b for a, b in zip(src, tgt))
+    data = system.chance(src, tgt)
+    assert data["linear_equation"] == pytest.approx(sum(p * p for p in system.shares["linear_equation"].values()))
+    always = system.chance(src, tgt, {"linear_equation": {"subtract_first": 1.0, "divide_first": 0.0}})
+    assert always == {"linear_equation": 1.0}  # one strategy everywhere always agrees; other tasks left out
+    assert system.chance(src, tgt, {}) == {}
+    # sorting's strategies coincide on some inputs: chance can only rise above the sum of squared shares
+    assert data["sorting"] >= sum(p * p for p in system.shares["sorting"].values()) - 1e-9

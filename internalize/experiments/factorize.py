@@ -14,7 +14,9 @@ beside). fidelity: the share of valid traces. alignment: `eval.pairs` pairs of d
 the same task; one router z (from the first) drives both generations; consistent when the two
 compatible-strategy sets intersect (strict: when they are equal; valid: among the pairs whose two
 traces are both faithful, which takes fidelity's share out); alignment_chance: the same
-figure for strategies drawn independently by the data's shares, coinciding traces included. kl:
+figure for strategies drawn independently by the data's shares, coinciding traces included
+(alignment_chance_model: by the shares of the model's own faithful samples, the level that
+alignment_valid reaches when z is ignored). kl:
 KL(q || r) on the test traces. `eval.snapshots` evaluations during training give the
 trajectories and the PCA of posterior means; steering applies the mean posterior z of one
 strategy's test traces to other inputs of its task and counts that strategy's share.
@@ -33,7 +35,7 @@ import torch.nn.functional as F
 from internalize.analysis import plots
 from internalize.config import Config, load
 from internalize.experiments.common import TEST_SEED, VAL_SEED
-from internalize.experiments.strategies import UNCLOSED, StrategiesBaseSystem, mean
+from internalize.experiments.strategies import UNCLOSED, StrategiesBaseSystem, credit, mean
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.models.latent import Factorization, draw, gaussian_kl
 from internalize.objectives import kl_weight, response_term
@@ -267,9 +269,9 @@ class FactorizeSystem(StrategiesBaseSystem):
                 tgt.append(b)
         return np.array(src, dtype=int), np.array(tgt, dtype=int)
 
-    def chance(self, src: np.ndarray, tgt: np.ndarray) -> dict[str, float]:
-        """Per task: P(the compatible sets intersect) for strategies drawn independently by the data's
-        shares on the two inputs of each pair."""
+    def chance(self, src: np.ndarray, tgt: np.ndarray, shares: dict | None = None) -> dict[str, float]:
+        """Per task: P(the compatible sets intersect) for strategies drawn independently on the two
+        inputs of each pair, by the data's shares (or by `shares`: {task: {strategy: share}})."""
         tasks = self.test["task"].to_numpy()
         problems = [json.loads(p) for p in self.test["problem"]]
         sets = {}
@@ -282,7 +284,9 @@ class FactorizeSystem(StrategiesBaseSystem):
 
         found: dict[str, list[float]] = {n: [] for n in self.names}
         for a, b in zip(src, tgt):
-            p = self.shares[tasks[a]]
+            p = (self.shares if shares is None else shares).get(tasks[a])
+            if p is None:
+                continue
             sa, sb = compatible(a), compatible(b)
             found[tasks[a]].append(sum(p[s] * p[u] for s, u in product(p, p) if sa[s] & sb[u]))
         return {n: float(np.mean(v)) for n, v in found.items() if v}
@@ -328,9 +332,16 @@ class FactorizeSystem(StrategiesBaseSystem):
             result["per_task"] = per_task
             result["pairs"] = len(src)
             chance = self.chance(src, tgt)
+            # the level alignment_valid reaches when z is ignored: strategies drawn by the shares of the
+            # model's own faithful samples (a base leaning to one strategy agrees with itself often)
+            own = {n: credit([v for v, t in zip(sampled, tasks) if t == n], TASKS[n].strategies) for n in self.names}
+            chance_model = self.chance(src, tgt, {n: p for n, p in own.items() if p is not None})
             result["alignment_chance"] = mean(chance)
+            result["alignment_chance_model"] = mean(chance_model)
             for n in self.names:
                 per_task[n]["alignment_chance"] = chance.get(n)
+                per_task[n]["alignment_chance_model"] = chance_model.get(n)
+                per_task[n]["strategy_shares"] = own[n]
         self.net.train(was)
         return result
 
@@ -373,7 +384,8 @@ class FactorizeSystem(StrategiesBaseSystem):
         o, m = self.config.objective, self.config.model
         self.last["summary"] = dict(
             {k: self.last[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
-                                       "alignment_valid", "alignment_chance", "kl", "per_task", "pairs")},
+                                       "alignment_valid", "alignment_chance", "alignment_chance_model", "kl",
+                                       "per_task", "pairs")},
             objective=o.name, response_source=self.config.data.response_source, c=self.c, d_z=m.d_z,
             lora_rank=m.lora_rank, trainable_parameters=sum(p.numel() for p in self.net.learnable()),
             tasks=self.names, test_examples=len(self.test_rows),
@@ -403,8 +415,9 @@ class FactorizeSystem(StrategiesBaseSystem):
                 f"{summary['fidelity']:.3f} sampled, {summary['fidelity_greedy']:.3f} greedy; alignment "
                 f"{summary['alignment']:.3f} (strict {summary['alignment_strict']:.3f}, among faithful pairs "
                 + ("n/a" if summary.get("alignment_valid") is None else f"{summary['alignment_valid']:.3f}")
-                + f", chance "
-                f"{summary['alignment_chance']:.3f}); KL {summary['kl']:.3f}")
+                + f", chance {summary['alignment_chance']:.3f} by the data's shares, "
+                + ("n/a" if summary.get("alignment_chance_model") is None else f"{summary['alignment_chance_model']:.3f}")
+                + f" by the model's own); KL {summary['kl']:.3f}")
 
 
 def consistent_when_valid(pairs: list) -> float | None:
