@@ -19,8 +19,9 @@ A sweep file:
         - {x: task.k, y: samples_to_full_accuracy, logx: true, logy: true, fit: power}
         - {x: fidelity, y: alignment, scatter: true, group: objective.name}  # two summary figures
 
-Re-running a sweep skips finished runs, continues interrupted ones from their checkpoints and
-retries failed ones; a failing run is recorded with its error and never stops the others.
+Runs start seed by seed (each point's first seed, then each point's second, ...). Re-running a
+sweep skips finished runs, continues interrupted ones from their checkpoints and retries failed
+ones; a failing run is recorded with its error and never stops the others.
 """
 from __future__ import annotations
 
@@ -239,6 +240,9 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     except OSError as err:
         raise ConfigError(f"cannot write sweep directory {root}: {err.strerror or err}") from None
     todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists()]
+    # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
+    # (or still running) already holds one run of every point
+    todo.sort(key=lambda t: spec.seeds.index(t["seed"]))
     cores = os.cpu_count() or 1
     workers = max(1, min(workers or cores, len(todo) or 1))
     jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,

@@ -333,3 +333,22 @@ def test_a_per_stage_figure_can_read_another_list_of_records(tmp_path):
     assert len(points) == 4 * 4 and points.groupby("step")["alignment"].mean().round(6).tolist() == [0.3, 0.4, 0.5, 0.6]
     write_report(tmp_path)
     assert (tmp_path / "figures" / "alignment_vs_step_by_curriculum_name.png").stat().st_size > 1000
+
+
+def test_runs_start_seed_by_seed(tmp_path, monkeypatch):
+    import internalize.sweep as sweep
+
+    started = []
+
+    def record(jobs, workers, on_done):
+        started.extend(j["id"] for j in jobs)
+        for j in jobs:
+            on_done(dict(id=j["id"], status="failed", error="not run"))
+
+    monkeypatch.setattr(sweep, "run_local", record)
+    file = write(tmp_path, SMALL)
+    (tmp_path / "out" / "runs" / "task.k=4__seed=0").mkdir(parents=True)  # a finished run is skipped
+    (tmp_path / "out" / "runs" / "task.k=4__seed=0" / "summary.json").write_text("{}")
+    sweep.run_sweep(file, workers=1, out=tmp_path / "out", show=False)
+    assert started == ["task.k=8__seed=0", "task.k=4__seed=1", "task.k=8__seed=1", "task.k=4__seed=2",
+                       "task.k=8__seed=2", "task.k=4__seed=3", "task.k=8__seed=3"]
