@@ -36,6 +36,12 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
     elif summary["system"] == "strategies_base":
         assert {"fidelity", "fidelity_greedy", "share_tv", "response_loss", "strategy_entropy", "probes"} <= set(summary)
         assert set(summary["per_task"]) == set(summary["tasks"]) and len(summary["tasks"]) == 6
+        for row in summary["per_task"].values():  # every test example counted once, by its input's length
+            lengths = row["by_input_length"]
+            examples = sum(v["examples"] for v in lengths.values())
+            assert row["fidelity"] == pytest.approx(sum(v["fidelity"] * v["examples"] for v in lengths.values()) / examples)
+        assert sum(v["examples"] for row in summary["per_task"].values()
+                   for v in row["by_input_length"].values()) == summary["test_examples"]
         assert {"fidelity.png", "strategy_shares.png", "probes.png"} <= figures
     elif summary["system"] == "strategies_factorize":
         assert {"fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_chance", "kl", "c",

@@ -228,9 +228,9 @@ class StrategiesBaseSystem(System):
         self.model.eval()
         seed = self.config.seed + TEST_SEED
         sampled, verdicts = self.fidelity(1.0, seed)
-        greedy, _ = self.fidelity(0.0, seed)
+        greedy, greedy_verdicts = self.fidelity(0.0, seed)
         self.model.train()
-        self.last = dict(sampled=sampled, greedy=greedy, verdicts=verdicts)
+        self.last = dict(sampled=sampled, greedy=greedy, verdicts=verdicts, greedy_verdicts=greedy_verdicts)
         return dict(fidelity=float(np.mean(list(sampled.values()))), fidelity_greedy=float(np.mean(list(greedy.values()))))
 
     @torch.no_grad()
@@ -294,11 +294,22 @@ class StrategiesBaseSystem(System):
                     response_loss=mean(loss), strategy_entropy=mean(entropy),
                     per_task={n: dict(fidelity=sampled[n], fidelity_greedy=greedy[n], share_tv=tv[n],
                                       response_loss=loss[n], strategy_entropy=entropy[n],
-                                      strategy_shares=model_shares[n], data_strategy_shares=data_shares[n])
+                                      strategy_shares=model_shares[n], data_strategy_shares=data_shares[n],
+                                      by_input_length=self.by_length(n))
                               for n in self.names},
                     tasks=self.names, parameters=sum(p.numel() for p in self.model.parameters()),
                     test_examples=len(self.test_rows), probes=self.strategy_probes())
         return self.last["summary"]
+
+    def by_length(self, task: str) -> dict[str, dict]:
+        """Fidelity of one task's test samples by the input's length in characters: {length: {examples,
+        fidelity, fidelity_greedy}} (where the errors gather: long lists, long numbers)."""
+        lengths = self.test.loc[self.test["task"] == task, "input"].str.len().to_numpy()
+        sampled, greedy = self.last["verdicts"][task], self.last["greedy_verdicts"][task]
+        return {str(k): dict(examples=int((lengths == k).sum()),
+                             fidelity=float(np.mean([v.valid for v, n in zip(sampled, lengths) if n == k])),
+                             fidelity_greedy=float(np.mean([v.valid for v, n in zip(greedy, lengths) if n == k])))
+                for k in sorted(set(lengths.tolist()))}
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         summary = self.summary()
