@@ -41,7 +41,7 @@ from internalize.models.latent import Factorization, draw, gaussian_kl
 from internalize.objectives import kl_weight, response_term
 from internalize.runs import load_checkpoint
 from internalize.system import Stage
-from internalize.tasks.strategies import TASKS, validate
+from internalize.tasks.strategies import TASKS, frame, validate
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
@@ -147,8 +147,7 @@ class FactorizeSystem(StrategiesBaseSystem):
         inputs = [self.tokenizer.decode(row).split("<x>")[1].split("</x>")[0] for row in tokens.cpu().tolist()]
         with self.net.generator.disable_adapter():
             traces = self.generate(pd.DataFrame({"input": inputs}), 1.0, generator, steps=self.longest)
-        texts = [f"<bos><x>{x}</x><z><z_empty></z><y>{t if t is not None else ''}</y><eos>"
-                 for x, t in zip(inputs, traces)]
+        texts = [frame(x, t if t is not None else "") for x, t in zip(inputs, traces)]
         return self.encode(pd.DataFrame({"input": inputs, "text": texts}))
 
     def decode(self, ids, mask, steps, temperature, generator, rows):
@@ -171,12 +170,16 @@ class FactorizeSystem(StrategiesBaseSystem):
         logits, r = self.net.generate_pass(tokens[:, :-1], z, slot, z_at)
         target, where = tokens[:, 1:], response[:, 1:]
         nll = F.cross_entropy(logits.transpose(1, 2), target, reduction="none") * where  # (B, L-1)
-        surprisal = F.cross_entropy(self.net.reference_logits(tokens[:, :-1]).transpose(1, 2), target,
-                                    reduction="none") * where
+        surprisal = self.surprisal(tokens, where)
         o = self.config.objective
         rec = response_term(o.name, nll, surprisal, where, o.alpha, o.gamma, self.c or 1.0)
         kl = gaussian_kl(q, r)
         return rec, kl, nll.sum(1) / where.sum(1)
+
+    def surprisal(self, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+        """(B, L-1) the frozen base's -log p of each next token, 0 off the response (`where`)."""
+        logits = self.net.reference_logits(tokens[:, :-1])
+        return F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none") * where
 
     def loss_of(self, batch):
         o = self.config.objective
@@ -189,9 +192,8 @@ class FactorizeSystem(StrategiesBaseSystem):
     def estimate_c(self, batch) -> float:
         """The objective's response term of the frozen base on the validation responses, averaged."""
         tokens, response, _ = batch
-        target, where = tokens[:, 1:], response[:, 1:]
-        surprisal = F.cross_entropy(self.net.reference_logits(tokens[:, :-1]).transpose(1, 2), target,
-                                    reduction="none") * where
+        where = response[:, 1:]
+        surprisal = self.surprisal(tokens, where)
         o = self.config.objective
         return float(response_term(o.name, surprisal, surprisal, where, o.alpha, o.gamma, 1.0).mean())
 
