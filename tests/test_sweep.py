@@ -299,12 +299,17 @@ def test_a_report_of_a_sweep_still_running_reads_the_runs_finished_so_far(tmp_pa
     assert "| left | 2 | 0.5 ± 0 |" in report and "| right | 1 | 0.5 ± 0 |" in report
 
 
-def test_a_scatter_figure_sets_two_summary_figures_against_each_other(tmp_path):
-    text = STAGED.split("  figures:")[0] + "  figures:\n    - {x: lowest_id_accuracy, y: id_accuracy, scatter: true, " \
-                                           "group: curriculum.name}\n"
+def with_figure(tmp_path, figure: str):
+    """The STAGED sweep with this one report figure, written as a sweep directory: (text, spec, runs)."""
+    text = STAGED.split("  figures:")[0] + f"  figures:\n    - {figure}\n"
     spec = read_spec(write(tmp_path, text))
     (tmp_path / "sweep.yaml").write_text(text)
-    tasks = expand(spec)
+    return text, spec, expand(spec)
+
+
+def test_a_scatter_figure_sets_two_summary_figures_against_each_other(tmp_path):
+    text, spec, tasks = with_figure(tmp_path, "{x: lowest_id_accuracy, y: id_accuracy, scatter: true, "
+                                              "group: curriculum.name}")
     for t in tasks:
         fake_run(tmp_path, t["id"], [dict(stage=i + 1, removed=i, steps=1, val_loss=0.1, id_accuracy=1.0 - 0.1 * i)
                                      for i in range(3)])
@@ -317,11 +322,8 @@ def test_a_scatter_figure_sets_two_summary_figures_against_each_other(tmp_path):
 
 
 def test_a_per_stage_figure_can_read_another_list_of_records(tmp_path):
-    text = STAGED.split("  figures:")[0] + "  figures:\n    - {x: step, y: alignment, per_stage: true, " \
-                                           "records: trajectory, group: curriculum.name}\n"
-    spec = read_spec(write(tmp_path, text))
-    (tmp_path / "sweep.yaml").write_text(text)
-    tasks = expand(spec)
+    _, spec, tasks = with_figure(tmp_path, "{x: step, y: alignment, per_stage: true, records: trajectory, "
+                                           "group: curriculum.name}")
     for t in tasks:
         fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=1.0)])
         path = tmp_path / "runs" / t["id"] / "summary.json"
