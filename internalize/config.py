@@ -84,14 +84,22 @@ class StrategiesTask(Strict):
     # draw every training example afresh from the tasks' generators (inputs of the validation and
     # test splits refused) instead of cycling through the train split
     fresh: bool = False
+    # how often each task is drawn for training, relative to the others (a task not named: 1);
+    # validation and test are untouched. Empty: every task alike.
+    weights: dict[str, float] = {}
 
     @model_validator(mode="after")
     def _known(self):
         from internalize.tasks.strategies import TASKS
 
-        unknown = [t for t in self.tasks if t not in TASKS]
+        unknown = [t for t in [*self.tasks, *self.weights] if t not in TASKS]
         if unknown:
             raise ValueError(f"unknown task {unknown[0]!r}; the benchmark has {', '.join(TASKS)}")
+        if self.tasks and set(self.weights) - set(self.tasks):
+            raise ValueError(f"task.weights names {sorted(set(self.weights) - set(self.tasks))[0]!r}, "
+                             "which task.tasks leaves out")
+        if any(not w > 0 for w in self.weights.values()):
+            raise ValueError("task.weights must be positive")
         return self
 
 
@@ -104,6 +112,9 @@ class GPTModel(Strict):
     # with every CoT token removed, the answer follows <sep> directly (no <ans>): the one-pass answer
     # is then written where each removal stage wrote its first state (decided here: off, the paper's format)
     bare_answer: bool = False
+    # a finished run directory whose trained weights this run starts from (the same model shape;
+    # a continuation with a schedule of its own). None: random initialisation.
+    init: Optional[str] = None
 
     @model_validator(mode="after")
     def _shape(self):

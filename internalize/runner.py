@@ -21,6 +21,22 @@ def saved_config(path: Path) -> Config:
     return configs.load(str(file))
 
 
+def start_from(model: torch.nn.Module, folder: Path) -> None:
+    """model.init: the weights of the finished run at `folder`; ConfigError when it has none that fit."""
+    from internalize.runs import load_checkpoint
+    from internalize.train import load_weights
+
+    if not (folder / "config.yaml").is_file():
+        raise ConfigError(f"model.init: {folder} is not a run directory (no config.yaml)")
+    found = load_checkpoint(folder)
+    if found is None:
+        raise ConfigError(f"model.init: {folder} has no checkpoint")
+    try:
+        load_weights(model, found[1])
+    except ValueError as err:
+        raise ConfigError(f"model.init: {folder}: {err}") from None
+
+
 def execute(config: Config, path: Path, show: bool = True, resume: bool = False) -> dict:
     """Train one run into `path` and return its summary.
 
@@ -42,6 +58,8 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     checkpoint = load_checkpoint(path) if resume else None
+    if checkpoint is None and getattr(config.model, "init", None) is not None:
+        start_from(system.model, Path(config.model.init))
     if resume:
         run = Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"] if checkpoint else 0)
     else:

@@ -107,13 +107,22 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator
     return tensors
 
 
+def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Load a snapshot's `model.*` tensors into `model` (tied weights come with their first name);
+    ValueError when they do not fit it."""
+    try:
+        missing, unexpected = model.load_state_dict(
+            {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
+    except RuntimeError as err:  # a shape differs
+        raise ValueError(f"the checkpoint does not fit the model: {str(err).splitlines()[-1].strip()}") from None
+    if unexpected or set(missing) - model_tensors(model)[1]:
+        raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
+
+
 def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], generator: torch.Generator,
             tensors: dict[str, torch.Tensor]) -> None:
     """Load a snapshot; the optimizer's moments only when given one (not after a reset)."""
-    missing, unexpected = model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")},
-                                                strict=False)
-    if unexpected or set(missing) - model_tensors(model)[1]:
-        raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
+    load_weights(model, tensors)
     params = dict(model.named_parameters())
     for key, value in tensors.items():
         if key.startswith("optim.") and optimizer is not None:

@@ -50,3 +50,41 @@ def test_without_fresh_batches_come_from_the_train_split():
     tokens, _ = s.sample(32, torch.Generator().manual_seed(0))
     train = {tuple(row[row != s.tokenizer.pad_id].tolist()) for row in s.data["train"][0]}
     assert all(tuple(row[row != s.tokenizer.pad_id].tolist()) in train for row in tokens)
+
+
+def task_of(text: str) -> str:
+    return next(n for n in TASKS if validate(n, *unframe(text)).valid)
+
+
+def test_task_weights_set_how_often_each_task_is_drawn():
+    s = system("task.per_task=400", "task.tasks=[list_sum,sorting,addition]", "task.weights={list_sum: 4}")
+    drawn = [task_of(t) for t in s.fresh_frame(3000, torch.Generator().manual_seed(2))["text"]]
+    assert abs(drawn.count("list_sum") / 3000 - 4 / 6) < 0.03
+    assert abs(drawn.count("sorting") / 3000 - 1 / 6) < 0.03
+    # from the train split too: a task's rows share its weight, whatever their number
+    s = build(load("strategies_base", scale="smoke", overrides=[
+        "task.fresh=false", "task.per_task=400", "task.tasks=[list_sum,sorting]", "task.weights={sorting: 3}"]))
+    rows = torch.multinomial(s.row_weights, 4000, replacement=True, generator=torch.Generator().manual_seed(0))
+    share = (s.frames["train"]["task"].iloc[rows.tolist()] == "sorting").mean()
+    assert abs(share - 0.75) < 0.03
+    tokens, _ = s.sample(64, torch.Generator().manual_seed(0))
+    assert tokens.shape[0] == 64
+
+
+def test_model_init_starts_from_a_runs_weights(cli, tmp_path):
+    from internalize.runner import start_from
+    from internalize.runs import load_checkpoint
+
+    assert cli("run", "strategies_base", "--smoke", "--out", tmp_path / "a").exit_code == 0
+    saved = load_checkpoint(tmp_path / "a")[1]
+    model = system().model
+    weights = {k[6:]: v for k, v in saved.items() if k.startswith("model.")}
+    assert not torch.equal(model.state_dict()["tok.weight"], weights["tok.weight"])
+    start_from(model, tmp_path / "a")
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in weights.items())
+    out = cli("run", "strategies_base", "--smoke", "--set", f"model.init={tmp_path / 'a'}", "--out", tmp_path / "b")
+    assert out.exit_code == 0, out.output
+    wider = cli("run", "strategies_base", "--smoke", "--set", "model.width=48", "--set",
+                f"model.init={tmp_path / 'a'}", "--out", tmp_path / "c")
+    assert wider.exit_code == 2 and "model.init" in wider.output and len(wider.output.strip().splitlines()) == 1
+    assert not (tmp_path / "c").exists()

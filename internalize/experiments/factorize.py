@@ -42,6 +42,7 @@ from internalize.objectives import kl_weight, response_term
 from internalize.runs import load_checkpoint
 from internalize.system import Stage
 from internalize.tasks.strategies import TASKS, frame, validate
+from internalize.train import load_weights
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
@@ -121,10 +122,10 @@ class FactorizeSystem(StrategiesBaseSystem):
             raise ValueError(f"model.base: {folder} has no checkpoint")
         model = GPT(GPTConfig(len(self.tokenizer), self.longest + 8, cfg.model.width, cfg.model.depth,
                               cfg.model.heads))
-        missing, unexpected = model.load_state_dict({k[6:]: v for k, v in found[1].items() if k.startswith("model.")},
-                                                    strict=False)
-        if unexpected or set(missing) - {"head.weight"}:
-            raise ValueError(f"model.base: {folder}'s checkpoint does not fit its config")
+        try:
+            load_weights(model, found[1])
+        except ValueError:
+            raise ValueError(f"model.base: {folder}'s checkpoint does not fit its config") from None
         return model.to(self.device).eval()
 
     # -- batches ---------------------------------------------------------------------------------

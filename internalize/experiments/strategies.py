@@ -113,6 +113,11 @@ class StrategiesBaseSystem(System):
         # (task, input) of every held-out example: task.fresh never trains on them
         self.held_out = {(t, x) for split in ("validation", "test")
                          for t, x in zip(self.frames[split]["task"], self.frames[split]["input"])}
+        # task.weights over the train split's rows: a task's rows share its weight
+        train_tasks = self.frames["train"]["task"]
+        counts = train_tasks.value_counts()
+        self.row_weights = torch.tensor([config.task.weights.get(t, 1.0) / counts[t] for t in train_tasks],
+                                        dtype=torch.double) if config.task.weights else None
 
     # -- data ----------------------------------------------------------------------------------
     def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,9 +144,12 @@ class StrategiesBaseSystem(System):
         `generator`, so a resumed run draws the same ones. Held-out inputs are refused, and so are
         the rare examples longer than the longest of the splits (the model's positions end there)."""
         rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
+        weights = self.config.task.weights
+        p = np.array([weights.get(n, 1.0) for n in self.names]) / sum(weights.get(n, 1.0) for n in self.names)
         rows = []
         while len(rows) < batch_size:
-            task = TASKS[self.names[int(rng.integers(len(self.names)))]]
+            pick = int(rng.choice(len(self.names), p=p)) if weights else int(rng.integers(len(self.names)))
+            task = TASKS[self.names[pick]]
             problem = task.sample(rng)
             x = task.format_input(problem)
             strategy = task.strategies[int(rng.integers(len(task.strategies)))]
@@ -154,7 +162,9 @@ class StrategiesBaseSystem(System):
         if self.config.task.fresh:
             tokens, response = self.encode(self.fresh_frame(batch_size, generator))
         else:
-            rows = torch.randint(len(self.frames["train"]), (batch_size,), generator=generator)
+            rows = (torch.multinomial(self.row_weights, batch_size, replacement=True, generator=generator)
+                    if self.row_weights is not None
+                    else torch.randint(len(self.frames["train"]), (batch_size,), generator=generator))
             tokens, response = (t[rows] for t in self.data["train"])
         width = int((tokens != self.tokenizer.pad_id).sum(1).max())  # drop the all-pad columns
         return tokens[:, :width].to(self.device), response[:, :width].to(self.device)
