@@ -19,10 +19,8 @@ test: $(BIN)/internalize
 	$(BIN)/python -m pytest -q
 
 bench: $(BIN)/internalize
-	$(BIN)/pip install -q 'transformers>=4.40'
+	$(BIN)/internalize bench --out benchmarks/bench.json
 	$(BIN)/python benchmarks/logicot_curricula.py
-	$(BIN)/python benchmarks/sweep_workers.py
-	$(BIN)/python benchmarks/gpt_speed.py
 
 clean:
 	rm -rf $(VENV) runs

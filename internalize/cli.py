@@ -159,6 +159,35 @@ def reference(out: Optional[Path] = typer.Option(None, "--out", help="write it h
         console.print(f"wrote {out}", highlight=False)
 
 
+@app.command()
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="small sizes: under a minute in all"),
+    only: Optional[str] = typer.Option(None, "--only", help="comma-separated lines to measure (default: all)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="also write the table as JSON here"),
+) -> None:
+    """Speed, measured: each line a ratio taken side by side in one run, with its goal."""
+    from internalize import bench as benchmarks
+
+    chosen = [n.strip() for n in only.split(",") if n.strip()] if only else None
+    unknown = [n for n in chosen or [] if n not in benchmarks.names()]
+    if unknown:
+        fail(f"no benchmark {unknown[0]!r}; there are {', '.join(benchmarks.names())}")
+    lines = benchmarks.run(quick, chosen, progress=lambda m: Console(stderr=True).print(m, highlight=False))
+    table = Table(title="internalize bench" + (" --quick" if quick else ""))
+    for column in ("line", "ratio", "goal", "verdict", "ours", "theirs"):
+        table.add_column(column, no_wrap=True)
+    fmt = lambda v: "" if v is None else f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"  # noqa: E731
+    for line in lines:
+        table.add_row(line.name, fmt(line.ratio), fmt(line.goal), line.verdict,
+                      *(f"{fmt(v)} {line.unit}" if v is not None else "" for v in (line.ours, line.theirs)))
+    console.print(table)
+    for line in lines:
+        console.print(f"[bold]{line.name}[/]: {line.what}" + (f" ({line.note})" if line.note else ""), highlight=False)
+    if out is not None:
+        benchmarks.write_json(lines, out, quick)
+        console.print(f"wrote {out}", highlight=False)
+
+
 STANDARD = ("stage", "steps", "samples_seen", "val_loss", "train_seconds")
 
 

@@ -10,7 +10,7 @@ import torch
 from internalize import config as configs
 from internalize.config import Config, ConfigError
 
-TIMINGS = ("train_seconds", "wall_seconds", "seconds_to_full_accuracy")
+TIMINGS = ("train_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy")
 
 
 def saved_config(path: Path) -> Config:
@@ -64,6 +64,7 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
         run = Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"] if checkpoint else 0)
     else:
         run = Run.create(path, config)
+    setup_seconds = time.perf_counter() - started
     result = train(system, config.train, torch.Generator().manual_seed(config.seed), run, show_progress=show,
                    resume=(checkpoint[0]["train"], checkpoint[1]) if checkpoint else None)
     summary = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
@@ -77,5 +78,6 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
         plots.stage_accuracy(result["per_stage"], run.figures / f"{key}.png", key, chance)
     system.figures(run.figures, result["per_stage"])
     summary["wall_seconds"] = time.perf_counter() - started
+    summary["setup_seconds"] = setup_seconds  # building the system and the run, before the first step
     run.write_summary(summary)
     return summary

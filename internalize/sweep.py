@@ -43,7 +43,7 @@ from internalize import config as configs
 from internalize.config import ConfigError, Strict
 from internalize.runs import read_metrics
 
-TIMING_COLUMNS = ("train_seconds", "wall_seconds", "seconds_to_full_accuracy", "run_seconds")
+TIMING_COLUMNS = ("train_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy", "run_seconds")
 
 
 class FigureSpec(Strict):

@@ -149,7 +149,7 @@ class LogICoTSystem(System):
         states = self.zero_filled_states(self.test)
         return dict(zero_filled_accuracy=sign_accuracy(states[-1][:, -1], self.test[:, -1]),
                     explicit_cot_accuracy=self.explicit_cot_accuracy(self.test),
-                    child_attention_mass=mass,
+                    child_attention_mass=mass, lowest_child_attention_mass=min(mass),
                     child_weight=[c for c, _ in weights], other_weight_abs_sum=[o for _, o in weights],
                     representation_spread=representation_spread(states, lay.level),
                     layers=lay.depth, support=list(lay.support))

@@ -1,0 +1,63 @@
+"""Whole-process figures: a run's start-up against its training, and sweep throughput by workers."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from internalize.bench import Line
+
+
+def startup(quick: bool) -> list[Line]:
+    """`internalize run logicot` in a fresh process: the seconds before its first training step
+    (imports, CLI, building the run) against its training seconds. The ratio is training over
+    start-up; the goal asks training to be at least as long as the start-up."""
+    args = ["--smoke"] if quick else []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "internalize.cli", "run", "logicot", *args, "--out", str(out)],
+                       check=True, capture_output=True, env=env)
+        process = time.perf_counter() - started
+        summary = json.loads((out / "summary.json").read_text())
+    before = process - summary["wall_seconds"] + summary["setup_seconds"]
+    train = summary["train_seconds"]
+    return [Line("startup", "the default run (`internalize run logicot`" + (" --smoke" if quick else "") +
+                 ", one thread): training seconds over the seconds before its first step", ratio=train / before,
+                 goal=1.0, ours=train, theirs=before, unit="s",
+                 note=f"process {process:.1f} s: start-up {before:.1f} s, training {train:.1f} s")]
+
+
+def sweep_workers(quick: bool) -> list[Line]:
+    """The same sweep with 2 local workers against 1, one thread each (goal: 1.7x on 2 cores)."""
+    from internalize.sweep import locate, run_sweep
+
+    name = "smoke_k_by_seed" if quick else "bench_k_by_seed"
+    spec = yaml.safe_load(locate(name).read_text())
+    if quick:
+        spec["seeds"] = spec["seeds"][:2]  # 4 runs
+    runs = len(spec["seeds"]) * len(spec["grid"]["task.k"])
+
+    def timed(workers: int) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep = Path(tmp) / f"{name}.yaml"
+            sweep.write_text(yaml.safe_dump(spec))
+            started = time.perf_counter()
+            result = run_sweep(str(sweep), workers=workers, threads=1, out=Path(tmp) / "sweep", show=False)
+            seconds = time.perf_counter() - started
+        if result["failed"] or result["ran"] != result["total"]:
+            raise RuntimeError(f"sweep {name} did not run cleanly: {result['failed']}")
+        return seconds
+
+    one, two = timed(1), timed(2)
+    cores = os.cpu_count() or 1
+    return [Line("sweep_workers", f"sweep {name} ({runs} runs) with 2 workers against 1, one thread each", ratio=one / two,
+                 goal=1.7 if cores >= 2 else None, ours=two, theirs=one, unit="s",
+                 note=f"{cores} cores" + (" (one core: no goal)" if cores < 2 else ""))]

@@ -1,0 +1,46 @@
+"""Side-by-side timing: both sides alternate in rounds, so each sees the same machine; best round wins."""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable
+
+import torch
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """torch's intra-op threads set to n while open."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def seconds(fn: Callable[[], object], repeats: int) -> float:
+    started = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - started) / repeats
+
+
+def side_by_side(a: Callable[[], object], b: Callable[[], object], repeats: int, rounds: int,
+                 warmup: int = 2) -> tuple[float, float]:
+    """The best seconds per call of a and of b over `rounds` alternating rounds of `repeats` calls."""
+    for _ in range(warmup):
+        a(), b()
+    best_a = best_b = float("inf")
+    for _ in range(rounds):
+        best_a = min(best_a, seconds(a, repeats))
+        best_b = min(best_b, seconds(b, repeats))
+    return best_a, best_b
+
+
+def have_transformers() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
