@@ -206,3 +206,21 @@ def test_generate_refuses_right_padding_and_negative_temperature():
         m.generate(idx, 2, attention_mask=mask)
     with pytest.raises(ValueError, match="temperature"):
         m.generate(idx, 2, temperature=-1.0)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_preallocated_cache_gives_the_concatenated_caches_logits(padded):
+    m = model(scale=15.0)
+    seq, mask = pad(prompts([6, 10, 2])) if padded else (torch.stack(prompts([9, 9, 9])), None)
+    with torch.no_grad():
+        grown, held = m(seq, attention_mask=mask)  # a list of (keys, values), concatenated each step
+        fixed, cache = m(seq, m.new_cache(3, seq.shape[1] + 6), attention_mask=mask)
+        for _ in range(6):
+            assert torch.equal(grown, fixed) and cache.size == (held[0][0].shape[2])
+            token = grown[:, -1].argmax(-1, keepdim=True)
+            if padded:
+                mask = torch.cat([mask, torch.ones_like(token, dtype=torch.bool)], dim=1)
+            grown, held = m(token, held, attention_mask=mask)
+            fixed, cache = m(token, cache, attention_mask=mask)
+        with pytest.raises(ValueError, match="holds"):
+            m(token, cache, attention_mask=None if mask is None else torch.cat([mask, mask[:, -1:]], dim=1))

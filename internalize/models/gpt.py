@@ -25,8 +25,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-Cache = list[tuple[torch.Tensor, torch.Tensor]]  # per block: keys, values, each (B, heads, S, head width)
 Inject = tuple[torch.Tensor, torch.Tensor]  # slots (B,) long, vectors (B, width)
+
+
+class KVCache:
+    """Keys and values of every block, preallocated for `length` tokens: each forward writes its new
+    tokens in place after the `size` held, instead of concatenating a grown copy every step."""
+
+    def __init__(self, depth: int, batch: int, heads: int, length: int, head_width: int, like: torch.Tensor):
+        shape = (depth, batch, heads, length, head_width)
+        self.keys, self.values = like.new_empty(shape), like.new_empty(shape)
+        self.size = 0  # tokens held
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write block `layer`'s new keys and values (B, heads, T, hw); all it holds, (B, heads, S, hw)."""
+        end = self.size + k.shape[2]
+        if end > self.keys.shape[3]:
+            raise ValueError(f"the cache holds {self.keys.shape[3]} tokens; {end} asked")
+        self.keys[layer, :, :, self.size:end] = k
+        self.values[layer, :, :, self.size:end] = v
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+
+Cache = list[tuple[torch.Tensor, torch.Tensor]] | KVCache  # per block: keys, values, each (B, heads, S, hw)
 
 
 def add_at(x: torch.Tensor, inject: Inject | None, offset: int) -> torch.Tensor:
@@ -68,11 +89,14 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()
 
     def forward(self, x: torch.Tensor, past: tuple | None = None, mask: torch.Tensor | None = None):
-        """mask: (B, 1, T, S) bool, True where a query may see a key; None means plain causal."""
+        """mask: (B, 1, T, S) bool, True where a query may see a key; None means plain causal.
+        past: this block's cached (keys, values), or (KVCache, block index) to write into in place."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        if past is not None:
+        if past is not None and isinstance(past[0], KVCache):
+            k, v = past[0].append(past[1], k, v)  # (B, nh, S, hs) views of the preallocated cache
+        elif past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, nh, S, hs)
         S = k.shape[2]
         hooked = bool(self.hook_pattern._forward_hooks)  # someone reads the pattern: compute it explicitly
@@ -148,7 +172,8 @@ class GPT(nn.Module):
         tokens, padding included) if that index is among these T tokens; a slot of -1 adds nothing.
         """
         B, T = idx.shape
-        offset = cache[0][0].shape[2] if cache else 0
+        preallocated = isinstance(cache, KVCache)
+        offset = cache.size if preallocated else cache[0][0].shape[2] if cache else 0
         mask = None
         if attention_mask is not None:
             if attention_mask.shape != (B, offset + T):
@@ -169,9 +194,17 @@ class GPT(nn.Module):
         x = self.hook_embed(add_at(self.tok(idx) + self.pos(positions), inject, offset))  # (B, T, C)
         new_cache = []
         for i, block in enumerate(self.blocks):
-            x, kv = block(x, cache[i] if cache else None, mask)
+            x, kv = block(x, (cache, i) if preallocated else cache[i] if cache else None, mask)
             new_cache.append(kv)
+        if preallocated:
+            cache.size += T
+            new_cache = cache
         return self.head(self.ln_f(x)), new_cache
+
+    def new_cache(self, batch: int, length: int) -> KVCache:
+        """An empty preallocated cache for `batch` rows of up to `length` tokens (`generate` uses one)."""
+        c = self.cfg
+        return KVCache(c.depth, batch, c.heads, length, c.width // c.heads, self.tok.weight.new_empty(0))
 
     def run_with_cache(self, idx: torch.Tensor, names: list[str] | None = None, **forward_kwargs):
         """Logits and a dict of the named activations (every HookPoint when names is None)."""
@@ -221,7 +254,8 @@ class GPT(nn.Module):
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if attention_mask is not None and not attention_mask[:, -1].all():
             raise ValueError("generate needs left padding: every row's last prompt column must be a real token")
-        logits, cache = self(prompt, attention_mask=attention_mask, inject=inject)
+        cache = self.new_cache(prompt.shape[0], prompt.shape[1] + steps)
+        logits, cache = self(prompt, cache, attention_mask=attention_mask, inject=inject)
         done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)  # (B,)
         out = []
         for _ in range(steps):

@@ -83,6 +83,9 @@ class HFCausalLM(nn.Module):
 
     generate = GPT.generate
 
+    def new_cache(self, batch: int, length: int) -> None:
+        return None  # Hugging Face's model grows its own cache
+
 
 def to_gpt2(gpt: GPT) -> nn.Module:
     """The same network as a Hugging Face GPT2LMHeadModel (exact GELU, no dropout), weights copied:
