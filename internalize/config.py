@@ -207,6 +207,9 @@ class TrainConfig(Strict):
     # stage's step budget (none: constant)
     lr_decay: Literal["none", "cosine"] = "none"
     min_lr_ratio: float = 0.1
+    # bf16: the training loss (forward and backward) runs under torch.autocast in bfloat16; weights,
+    # optimizer and evaluation stay fp32. Slower on CPUs without bfloat16 instructions (benchmarks/)
+    precision: Literal["fp32", "bf16"] = "fp32"
     grad_clip: Optional[float] = None  # clip the gradient's global norm to this (None: off); logged as train_grad_norm
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
     threshold: float = 3e-4  # advance once the stage's validation loss is below this

@@ -21,6 +21,19 @@ def child_attention_mass(attention: torch.Tensor, level: np.ndarray, children: n
     return float(mass.mean())
 
 
+def weakest_row(attention: torch.Tensor, level: np.ndarray, children: np.ndarray, layer: int) -> dict:
+    """The node of a layer's own level whose children get the least attention: its position, that
+    mass, and where its heaviest key points (position, level, weight, whether a child)."""
+    rows = np.flatnonzero(level == layer)
+    kids = torch.as_tensor(children[rows])  # (width, 2)
+    mass = attention[torch.as_tensor(rows)[:, None], kids].sum(dim=1)  # (width,)
+    i = int(mass.argmin())
+    row = int(rows[i])
+    weight, key = attention[row].max(dim=0)
+    return dict(row=row, child_mass=float(mass[i]), top_key=int(key), top_key_level=int(level[int(key)]),
+                top_weight=float(weight), top_is_child=int(key) in children[row])
+
+
 def child_weights(weights: torch.Tensor, allowed: torch.Tensor, level: np.ndarray, children: np.ndarray,
                   layer: int) -> tuple[float, float]:
     """(mean W on the two children, mean over rows of sum |W| on every other allowed key), own level."""

@@ -137,6 +137,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
     state = TrainState(**resume[0]) if resume else TrainState()
     pending = resume[1] if resume else None
     optimizer = None
+    device = next(system.model.parameters()).device.type
     if resume:
         system.load_state(state.system)
 
@@ -175,7 +176,8 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
             started = time.perf_counter()
             while state.stage_step < cap:
                 system.on_step(state.step)
-                loss, parts = split_loss(stage.loss(stage.sample(cfg.batch_size, generator)))
+                with torch.autocast(device, torch.bfloat16, enabled=cfg.precision == "bf16"):
+                    loss, parts = split_loss(stage.loss(stage.sample(cfg.batch_size, generator)))
                 if not torch.isfinite(loss):
                     raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {state.stage_step + 1}")
                 optimizer.zero_grad(set_to_none=True)

@@ -170,3 +170,17 @@ def test_child_weights_and_spread_of_a_hand_set_model():
     assert min(representation_spread(model.states(h, plan), lay.level)) > 0.95
     collapsed = LogICoT(lay.level).states(h, plan)  # zero weights: every node the same function of the mean
     assert max(representation_spread(collapsed, lay.level)) < 0.5
+
+
+def test_the_weakest_row_names_the_node_whose_attention_strays():
+    from internalize.evaluate import child_attention_mass, weakest_row
+    from internalize.tasks.parity_tree import build_layout
+
+    lay = build_layout(8, 4, (1, 3, 4, 6))  # level 1: positions 8, 9 (children 1,3 and 4,6); root 10
+    attention = torch.zeros(lay.length, lay.length)
+    attention[8, [1, 3]] = 0.5  # on its children
+    attention[9, 4], attention[9, 6], attention[9, 0] = 0.1, 0.1, 0.8  # astray, on input 0
+    found = weakest_row(attention, lay.level, lay.children, 1)
+    assert found == dict(row=9, child_mass=pytest.approx(0.2), top_key=0, top_key_level=0,
+                         top_weight=pytest.approx(0.8), top_is_child=False)
+    assert child_attention_mass(attention, lay.level, lay.children, 1) == pytest.approx(0.6)

@@ -133,3 +133,26 @@ def test_cosine_decay_falls_from_lr_to_the_floor_over_each_stage():
     moves = [-(after[0] - before[0]) for before, after in zip([(0.0, 0.0)] + system.trace, system.trace)]
     cosine = [0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi * i / 5)) for i in range(5)]
     assert moves == pytest.approx([0.1 * c for c in cosine + cosine], abs=1e-5)  # Adam: a step of lr each
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_precision_bf16_runs_the_loss_under_autocast_and_keeps_fp32_weights(precision, dtype):
+    system, seen = Linear(), []
+    layer = torch.nn.Linear(2, 1)
+    system.model.layer = layer
+    original = system.stage
+
+    def stage(index):
+        s = original(index)
+
+        def loss(batch):
+            out = layer(torch.ones(1, 2))  # a matrix multiply: autocast decides its dtype
+            seen.append(out.dtype)
+            return s.loss(batch)[0] + out.float().sum(), {}
+        return Stage(info={}, params=[*s.params, *layer.parameters()], sample=s.sample, loss=loss,
+                     validate=s.validate)
+
+    system.stage = stage
+    run(system, precision=precision)
+    assert seen and set(seen) == {dtype}
+    assert layer.weight.dtype == torch.float32  # the weights the optimizer steps stay fp32

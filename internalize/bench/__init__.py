@@ -48,10 +48,11 @@ Measure = Callable[[bool], list[Line]]
 
 
 def _registry() -> dict[str, Measure]:
-    from internalize.bench import decode, gpt, process
+    from internalize.bench import decode, gpt, precision, process
 
     return {"training": gpt.training, "utilisation": gpt.utilisation, "sampling": decode.sampling,
-            "answering": decode.answering, "startup": process.startup, "sweep": process.sweep_workers}
+            "answering": decode.answering, "precision": precision.precision, "startup": process.startup,
+            "sweep": process.sweep_workers}
 
 
 def names() -> list[str]:

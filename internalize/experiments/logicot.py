@@ -11,7 +11,8 @@ from internalize.config import Config
 from internalize.curricula import get_curriculum
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.experiments.theory import row_step_optimizer
-from internalize.evaluate import child_attention_mass, child_weights, representation_spread, sign_accuracy
+from internalize.evaluate import (child_attention_mass, child_weights, representation_spread, sign_accuracy,
+                                 weakest_row)
 from internalize.models import GatePlan, LogICoT, gate_plan
 from internalize.objectives import squared_error
 from internalize.tasks import ParityTree
@@ -150,6 +151,8 @@ class LogICoTSystem(System):
         return dict(zero_filled_accuracy=sign_accuracy(states[-1][:, -1], self.test[:, -1]),
                     explicit_cot_accuracy=self.explicit_cot_accuracy(self.test),
                     child_attention_mass=mass, lowest_child_attention_mass=min(mass),
+                    weakest_row=[weakest_row(self.model.attention(layer).cpu(), lay.level, lay.children, layer)
+                                 for layer in layers],
                     child_weight=[c for c, _ in weights], other_weight_abs_sum=[o for _, o in weights],
                     representation_spread=representation_spread(states, lay.level),
                     layers=lay.depth, support=list(lay.support))
