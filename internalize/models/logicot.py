@@ -133,7 +133,9 @@ def gate_plan(
 
 
 class LogICoT(nn.Module):
-    def __init__(self, level: np.ndarray, link: str = "cos", mask: str = "lower_levels"):
+    def __init__(self, level: np.ndarray, link: str = "cos", mask: str = "lower_levels", seeds: int | None = None):
+        """seeds: that many independent models stacked (W^(l) is (seeds, T, T); inputs (seeds, B, T)),
+        trained at once; each computes exactly what it computes alone."""
         super().__init__()
         if link not in LINKS:
             raise ValueError(f"model.link must be one of {tuple(LINKS)} (got {link!r})")
@@ -141,10 +143,11 @@ class LogICoT(nn.Module):
         length = len(level)
         self.link_name, self.link = link, LINKS[link]
         self.register_buffer("allowed", allowed_keys(level, mask), persistent=False)
-        self.W = nn.ParameterList(nn.Parameter(torch.zeros(length, length)) for _ in range(self.depth))
+        shape = (length, length) if seeds is None else (seeds, length, length)
+        self.W = nn.ParameterList(nn.Parameter(torch.zeros(shape)) for _ in range(self.depth))
 
     def attention(self, layer: int) -> torch.Tensor:
-        """A^(layer) for a 1-based layer, (T, T)."""
+        """A^(layer) for a 1-based layer, (T, T) (stacked: (seeds, T, T))."""
         logits = self.W[layer - 1].masked_fill(~self.allowed, float("-inf"))
         return torch.softmax(logits, dim=-1)
 
@@ -158,7 +161,7 @@ class LogICoT(nn.Module):
         the last entry holds every prediction."""
         out, pred = [], torch.zeros_like(h)
         for layer in range(1, int(plan.readout.max()) + 1):
-            u = self.link(h @ self.attention(layer).T)  # (B, T)
+            u = self.link(h @ self.attention(layer).transpose(-2, -1))  # (B, T) (stacked: (seeds, B, T))
             here = plan.readout == layer
             pred = torch.where(here, u, pred)
             h = torch.where(plan.write[layer - 1], u, h)

@@ -1,0 +1,180 @@
+"""Many seeds of Log-ICoT trained at once, each exactly as it trains alone.
+
+The gates of a stage depend on the tree's levels only, which every seed shares, so S seeds stack
+into one model (W^(l) of shape (S, T, T)) and one batched forward. Each seed keeps what makes it
+itself: its secret support, its validation and test sets, its own data generator, its own Adam
+moments and step count. A seed whose validation loss is under the threshold stops (no more
+batches drawn, no more steps) while the others go on; the stage ends for all once every seed has
+stopped or the cap is reached, exactly where each would have ended alone. The one trainer
+(internalize/train.py) runs this system like any other.
+
+`train_stacked(config, seeds)` returns each seed's model state, stages and summary; the seeds'
+summaries equal those of `internalize run` one seed at a time (tests/test_logicot_stack.py), and
+`internalize bench` measures the speed-up.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from internalize.config import Config
+from internalize.experiments.common import TEST_SEED, VAL_SEED
+from internalize.experiments.logicot import LogICoTSystem
+from internalize.models import LogICoT
+from internalize.system import Stage, System
+
+
+class SeedAdam(torch.optim.Optimizer):
+    """torch.optim.Adam's single-tensor update, per seed (the leading dimension) and only for the
+    seeds in `active`: each seed's moments and step count are exactly those of its own Adam."""
+
+    def __init__(self, params, lr: float, active: list[bool], betas=(0.9, 0.999), eps: float = 1e-8):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
+        self.active = active
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros(p.shape[0])
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                for s in np.flatnonzero(self.active):
+                    state["step"][s] += 1
+                    grad, exp_avg, exp_avg_sq, param = p.grad[s], state["exp_avg"][s], state["exp_avg_sq"][s], p[s]
+                    exp_avg.lerp_(grad, 1 - beta1)
+                    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    step = float(state["step"][s])
+                    step_size = group["lr"] / (1 - beta1 ** step)
+                    denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(group["eps"])
+                    param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+class StackedLogICoT(System):
+    headline = "zero_filled_accuracy"
+    stage_metrics: dict = {}
+
+    def __init__(self, config: Config, seeds: list[int]):
+        if config.train.optimizer != "adam" or config.train.mode != "experiment" or config.model.quantize:
+            raise ValueError("stacked seeds train Log-ICoT with Adam (train.optimizer=adam, no theory mode or "
+                             "quantisation)")
+        self.config, self.seeds = config, list(seeds)
+        self.solo = [LogICoTSystem(config.model_copy(update={"seed": s})) for s in self.seeds]
+        first = self.solo[0]
+        self.layout, self.curriculum, self.num_stages = first.layout, first.curriculum, first.num_stages
+        self.model = LogICoT(self.layout.level, config.model.link, config.model.mask, seeds=len(self.seeds))
+        self.val = torch.stack([s.val for s in self.solo])  # (S, N, T)
+        self.generators = [torch.Generator().manual_seed(s) for s in self.seeds]  # each run's trainer stream
+        self.active = [True] * len(self.seeds)
+        self.records: list[list[dict]] = [[] for _ in self.seeds]  # per seed, per stage
+        self.steps = [0] * len(self.seeds)  # the stage's steps taken by each seed
+        self.started = 0.0
+
+    def stage(self, index: int) -> Stage:
+        solo = self.solo[0]
+        removed = self.curriculum.removed(index, len(self.layout.thinking))
+        padded = solo.padded(removed)
+        plan = solo.plan(padded, self.curriculum.answer_only)
+        trained = range(1, self.layout.depth + 1) if self.curriculum.train_all_layers else [plan.frontier]
+        params = [self.model.W[layer - 1] for layer in trained]
+        supervised = plan.targets & (plan.readout >= min(trained))
+        self.active[:] = [True] * len(self.seeds)
+        self.steps = [0] * len(self.seeds)
+        self.started = time.perf_counter()
+
+        def per_seed_losses(values: torch.Tensor) -> torch.Tensor:
+            pred = self.model(solo.inputs(values, padded), plan)  # (S, B, T)
+            return ((pred[..., supervised] - values[..., supervised]) ** 2).flatten(1).mean(1)  # (S,)
+
+        def sample(batch_size: int, generator: torch.Generator) -> torch.Tensor:
+            # a stopped seed draws nothing; its rows are zeros and its loss is left out
+            rows = [s.sample(batch_size, g) if on else torch.zeros(batch_size, self.layout.length)
+                    for s, g, on in zip(self.solo, self.generators, self.active)]
+            for i, on in enumerate(self.active):
+                self.steps[i] += on
+            return torch.stack(rows)
+
+        def loss(values: torch.Tensor) -> torch.Tensor:
+            losses = per_seed_losses(values)
+            return (losses * torch.tensor(self.active, dtype=losses.dtype)).sum()
+
+        @torch.no_grad()
+        def validate() -> float:
+            """Each active seed's validation loss; a seed under the threshold stops. What the trainer
+            sees is the largest loss of the seeds still training (0 once all have stopped)."""
+            losses = per_seed_losses(self.val)
+            for i, on in enumerate(self.active):
+                if on:
+                    self.last_val[i] = float(losses[i])
+                    # the check before a stage's first step only logs, as the trainer's does alone
+                    if self.steps[i] and self.config.train.advance == "threshold" \
+                            and losses[i] < self.config.train.threshold:
+                        self.active[i] = False
+            running = [v for v, on in zip(self.last_val, self.active) if on]
+            return max(running) if running else 0.0
+
+        self.last_val = [float("nan")] * len(self.seeds)
+        info = dict(padded=int(removed.sum()), layer="all" if self.curriculum.train_all_layers else plan.frontier)
+        self.stage_info = info
+        return Stage(info=info, params=params, sample=sample, loss=loss, validate=validate)
+
+    def optimizer(self, params: list, cfg) -> torch.optim.Optimizer:
+        return SeedAdam(params, cfg.lr, self.active)
+
+    def evaluate(self) -> dict[str, float]:
+        """At each stage's end: every seed's own stage record, as its run would log it."""
+        seconds = time.perf_counter() - self.started
+        for i, solo in enumerate(self.solo):
+            self.load_into(solo, i)
+            done = sum(r["steps"] for r in self.records[i]) + self.steps[i]
+            self.records[i].append(dict(stage=len(self.records[i]) + 1, **self.stage_info, steps=self.steps[i],
+                                        samples_seen=done * self.config.train.batch_size,
+                                        shared_seconds=seconds, val_loss=self.last_val[i], **solo.evaluate()))
+        return {}
+
+    def load_into(self, solo: LogICoTSystem, i: int) -> None:
+        with torch.no_grad():
+            for mine, theirs in zip(self.model.W, solo.model.W):
+                theirs.copy_(mine[i])
+
+    def summaries(self) -> list[dict]:
+        """Each seed's summary, as `internalize run` writes it (timings aside)."""
+        out = []
+        for i, (seed, solo) in enumerate(zip(self.seeds, self.solo)):
+            self.load_into(solo, i)
+            per_stage = self.records[i]
+            solved = [r for r in per_stage if r[self.headline] >= 1.0]
+            out.append(dict(experiment=self.config.experiment, system=self.config.system, task=self.config.task.name,
+                            seed=seed, **solo.summary(), stages=self.num_stages,
+                            samples_seen=per_stage[-1]["samples_seen"], steps=sum(r["steps"] for r in per_stage),
+                            per_stage=per_stage,
+                            samples_to_full_accuracy=solved[0]["samples_seen"] if solved else None))
+        return out
+
+
+def train_stacked(config: Config, seeds: list[int]) -> list[dict]:
+    """Train `seeds` of a Log-ICoT config at once; each seed's summary (no timings)."""
+    from internalize.train import train
+
+    class Quiet:
+        def log(self, record):
+            pass
+
+        def checkpoint(self, state, tensors):
+            pass
+
+    torch.manual_seed(config.seed)
+    system = StackedLogICoT(config, seeds)
+    cfg = config.train.model_copy(update={"checkpoint_every": 0})
+    train(system, cfg, torch.Generator().manual_seed(0), Quiet(), show_progress=False)
+    return system.summaries()
+
+
+__all__ = ["StackedLogICoT", "SeedAdam", "train_stacked", "TEST_SEED", "VAL_SEED"]
