@@ -9,6 +9,7 @@ Lines that compare against Hugging Face need `transformers` and are skipped with
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
@@ -70,7 +71,11 @@ def run(quick: bool = False, only: Optional[list[str]] = None, progress: Callabl
         if only and name not in only:
             continue
         progress(f"measuring {name} ...")
-        lines.extend(measure(quick))
+        started = time.perf_counter()
+        measured = measure(quick)
+        for line in measured:
+            line.extra["seconds"] = time.perf_counter() - started  # what measuring this group took
+        lines.extend(measured)
     return lines
 
 
