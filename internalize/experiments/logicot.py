@@ -55,15 +55,20 @@ class LogICoTSystem(System):
         hidden[self.layout.answer] = True
         return h.masked_fill(hidden, 0.0)
 
-    def stage(self, index: int) -> Stage:
+    def wiring(self, index: int) -> tuple[np.ndarray, GatePlan, list[int], torch.Tensor, dict]:
+        """A stage's padded positions, gate plan, trained layers, supervised targets and info."""
         removed = self.curriculum.removed(index, len(self.layout.thinking))
         padded = self.padded(removed)
         plan = self.plan(padded, self.curriculum.answer_only)
-        trained = range(1, self.layout.depth + 1) if self.curriculum.train_all_layers else [plan.frontier]
-        params = [self.model.W[layer - 1] for layer in trained]
+        trained = list(range(1, self.layout.depth + 1)) if self.curriculum.train_all_layers else [plan.frontier]
         # a target counts when its prediction depends on a layer that learns now; the others
         # are read from frozen layers below and would only add a floor to the stage's loss
         supervised = plan.targets & (plan.readout >= min(trained))
+        info = dict(padded=int(removed.sum()), layer="all" if self.curriculum.train_all_layers else plan.frontier)
+        return padded, plan, trained, supervised, info
+
+    def stage(self, index: int) -> Stage:
+        padded, plan, trained, supervised, info = self.wiring(index)
 
         def loss(values: torch.Tensor) -> torch.Tensor:
             return squared_error(self.model(self.inputs(values, padded), plan), values, supervised)
@@ -72,7 +77,7 @@ class LogICoTSystem(System):
         def validate() -> float:
             return float(loss(self.val))
 
-        info = dict(padded=int(removed.sum()), layer="all" if self.curriculum.train_all_layers else plan.frontier)
+        params = [self.model.W[layer - 1] for layer in trained]
         return Stage(info=info, params=params, sample=self.sample, loss=loss, validate=validate)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:

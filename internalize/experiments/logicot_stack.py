@@ -79,12 +79,8 @@ class StackedLogICoT(System):
 
     def stage(self, index: int) -> Stage:
         solo = self.solo[0]
-        removed = self.curriculum.removed(index, len(self.layout.thinking))
-        padded = solo.padded(removed)
-        plan = solo.plan(padded, self.curriculum.answer_only)
-        trained = range(1, self.layout.depth + 1) if self.curriculum.train_all_layers else [plan.frontier]
+        padded, plan, trained, supervised, info = solo.wiring(index)  # the same for every seed
         params = [self.model.W[layer - 1] for layer in trained]
-        supervised = plan.targets & (plan.readout >= min(trained))
         self.active[:] = [True] * len(self.seeds)
         self.steps = [0] * len(self.seeds)
         self.started = time.perf_counter()
@@ -121,7 +117,6 @@ class StackedLogICoT(System):
             return max(running) if running else 0.0
 
         self.last_val = [float("nan")] * len(self.seeds)
-        info = dict(padded=int(removed.sum()), layer="all" if self.curriculum.train_all_layers else plan.frontier)
         self.stage_info = info
         return Stage(info=info, params=params, sample=sample, loss=loss, validate=validate)
 
