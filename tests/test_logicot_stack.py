@@ -8,6 +8,15 @@ from internalize.runner import execute
 from tests.conftest import without_timings
 
 
+def approx(value):
+    """pytest.approx through nested dicts and lists (floats to 1e-5 relative; the rest exactly)."""
+    if isinstance(value, dict):
+        return {k: approx(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [approx(v) for v in value]
+    return pytest.approx(value, rel=1e-5) if isinstance(value, float) else value
+
+
 def comparable(summary: dict) -> dict:
     drop = ("train_seconds", "shared_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy")
     summary = without_timings(summary)
@@ -23,7 +32,9 @@ def test_stacked_seeds_give_each_seeds_own_summary(tmp_path, overrides):
     for seed, summary in zip([0, 1, 2], together):
         alone = execute(configs.load("logicot", [*overrides, f"seed={seed}"], "smoke"), tmp_path / f"{seed}",
                         show=False)
-        assert comparable(summary) == comparable(alone)
+        # equal; floats to rounding: with several threads a stacked (batched) product may round its
+        # last bit differently from the seed's own (bitwise equal on one thread)
+        assert comparable(summary) == approx(comparable(alone))
     # the seeds differ from one another (their supports, their data): the test compares real runs
     assert together[0]["support"] != together[1]["support"]
 

@@ -1,4 +1,4 @@
-"""Many seeds of Log-ICoT trained at once, each exactly as it trains alone.
+"""Many seeds of Log-ICoT trained at once, each as it trains alone.
 
 The gates of a stage depend on the tree's levels only, which every seed shares, so S seeds stack
 into one model (W^(l) of shape (S, T, T)) and one batched forward. Each seed keeps what makes it
@@ -8,9 +8,9 @@ batches drawn, no more steps) while the others go on; the stage ends for all onc
 stopped or the cap is reached, exactly where each would have ended alone. The one trainer
 (internalize/train.py) runs this system like any other.
 
-`train_stacked(config, seeds)` returns each seed's model state, stages and summary; the seeds'
-summaries equal those of `internalize run` one seed at a time (tests/test_logicot_stack.py), and
-`internalize bench` measures the speed-up.
+`train_stacked(config, seeds)` returns each seed's summary; they equal those of `internalize run`
+one seed at a time (tests/test_logicot_stack.py): bitwise on one thread; with several, a batched
+product may round its last bit differently. `internalize bench` measures the speed-up.
 """
 from __future__ import annotations
 
