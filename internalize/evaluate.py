@@ -10,23 +10,26 @@ def sign_accuracy(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float(((pred > 0) == (target > 0)).float().mean())
 
 
-def child_attention_mass(attention: torch.Tensor, level: np.ndarray, children: np.ndarray, layer: int) -> float:
-    """Mean attention a layer puts on the two children, over the nodes of its own level.
+def child_masses(attention: torch.Tensor, level: np.ndarray, children: np.ndarray,
+                 layer: int) -> tuple[np.ndarray, torch.Tensor]:
+    """The positions of a layer's own level and the attention each puts on its two children.
 
     attention: (T, T) for that layer, row m = query m.
     """
     rows = np.flatnonzero(level == layer)
     kids = torch.as_tensor(children[rows])  # (width, 2)
-    mass = attention[torch.as_tensor(rows)[:, None], kids].sum(dim=1)  # (width,)
-    return float(mass.mean())
+    return rows, attention[torch.as_tensor(rows)[:, None], kids].sum(dim=1)  # (width,), (width,)
+
+
+def child_attention_mass(attention: torch.Tensor, level: np.ndarray, children: np.ndarray, layer: int) -> float:
+    """Mean attention a layer puts on the two children, over the nodes of its own level."""
+    return float(child_masses(attention, level, children, layer)[1].mean())
 
 
 def weakest_row(attention: torch.Tensor, level: np.ndarray, children: np.ndarray, layer: int) -> dict:
     """The node of a layer's own level whose children get the least attention: its position, that
     mass, and where its heaviest key points (position, level, weight, whether a child)."""
-    rows = np.flatnonzero(level == layer)
-    kids = torch.as_tensor(children[rows])  # (width, 2)
-    mass = attention[torch.as_tensor(rows)[:, None], kids].sum(dim=1)  # (width,)
+    rows, mass = child_masses(attention, level, children, layer)
     i = int(mass.argmin())
     row = int(rows[i])
     weight, key = attention[row].max(dim=0)

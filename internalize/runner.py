@@ -21,20 +21,26 @@ def saved_config(path: Path) -> Config:
     return configs.load(str(file))
 
 
-def start_from(model: torch.nn.Module, folder: Path) -> None:
-    """model.init: the weights of the finished run at `folder`; ConfigError when it has none that fit."""
+def first_solved(per_stage: list[dict], headline: str) -> dict | None:
+    """The record of the first stage whose headline figure reached 1.0 (None if none did)."""
+    return next((r for r in per_stage if r[headline] >= 1.0), None)
+
+
+def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init") -> None:
+    """Load the weights of the finished run at `folder` into `model`; a ConfigError naming the config
+    `key` that gave the folder when it holds none that fit."""
     from internalize.runs import load_checkpoint
     from internalize.train import load_weights
 
     if not (folder / "config.yaml").is_file():
-        raise ConfigError(f"model.init: {folder} is not a run directory (no config.yaml)")
+        raise ConfigError(f"{key}: {folder} is not a run directory (no config.yaml)")
     found = load_checkpoint(folder)
     if found is None:
-        raise ConfigError(f"model.init: {folder} has no checkpoint")
+        raise ConfigError(f"{key}: {folder} has no checkpoint")
     try:
         load_weights(model, found[1])
     except ValueError as err:
-        raise ConfigError(f"model.init: {folder}: {err}") from None
+        raise ConfigError(f"{key}: {folder}: {err}") from None
 
 
 def execute(config: Config, path: Path, show: bool = True, resume: bool = False) -> dict:
@@ -69,9 +75,9 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
                    resume=(checkpoint[0]["train"], checkpoint[1]) if checkpoint else None)
     summary = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
                    **system.summary(), **result)
-    solved = [r for r in result["per_stage"] if r[system.headline] >= 1.0]
-    summary["samples_to_full_accuracy"] = solved[0]["samples_seen"] if solved else None
-    summary["seconds_to_full_accuracy"] = solved[0]["train_seconds"] if solved else None
+    solved = first_solved(result["per_stage"], system.headline)
+    summary["samples_to_full_accuracy"] = solved["samples_seen"] if solved else None
+    summary["seconds_to_full_accuracy"] = solved["train_seconds"] if solved else None
     plots.loss_curve(read_metrics(run.path), run.figures / "val_loss.png",
                      f"{config.experiment}: validation loss per stage")
     for key, chance in system.stage_metrics.items():

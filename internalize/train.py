@@ -25,6 +25,17 @@ class Recorder(Protocol):
     def checkpoint(self, state: dict, tensors: dict[str, torch.Tensor]) -> None: ...
 
 
+class Discard:
+    """A recorder that keeps nothing: for training done inside another run (a base trained first,
+    seeds trained at once, benchmarks)."""
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def checkpoint(self, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+        pass
+
+
 class NonFiniteLoss(RuntimeError):
     pass
 

@@ -10,17 +10,10 @@ from internalize.bench import Line
 from internalize.bench.timing import threads
 
 
-class _Quiet:
-    def log(self, record):
-        pass
-
-    def checkpoint(self, state, tensors):
-        pass
-
-
 def one_after_another(config, seeds: list[int]) -> list[dict]:
     from internalize.experiments.logicot import LogICoTSystem
-    from internalize.train import train
+    from internalize.runner import first_solved
+    from internalize.train import Discard, train
 
     out = []
     for seed in seeds:
@@ -28,10 +21,10 @@ def one_after_another(config, seeds: list[int]) -> list[dict]:
         torch.manual_seed(seed)
         system = LogICoTSystem(cfg)
         result = train(system, cfg.train.model_copy(update={"checkpoint_every": 0}),
-                       torch.Generator().manual_seed(seed), _Quiet(), show_progress=False)
-        solved = [r for r in result["per_stage"] if r["zero_filled_accuracy"] >= 1.0]
+                       torch.Generator().manual_seed(seed), Discard(), show_progress=False)
+        solved = first_solved(result["per_stage"], system.headline)
         out.append(dict(seed=seed, zero_filled_accuracy=system.summary()["zero_filled_accuracy"],
-                        samples_to_full_accuracy=solved[0]["samples_seen"] if solved else None))
+                        samples_to_full_accuracy=solved["samples_seen"] if solved else None))
     return out
 
 

@@ -39,10 +39,10 @@ from internalize.experiments.strategies import UNCLOSED, StrategiesBaseSystem, c
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.models.latent import Factorization, draw, gaussian_kl
 from internalize.objectives import kl_weight, response_term
-from internalize.runs import load_checkpoint
+from internalize.runner import start_from
 from internalize.system import Stage
 from internalize.tasks.strategies import TASKS, frame, validate
-from internalize.train import load_weights
+from internalize.train import Discard
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
@@ -56,14 +56,6 @@ def base_config(config: Config) -> Config:
         f"seed={config.seed}", f"model.width={m.width}", f"model.depth={m.depth}", f"model.heads={m.heads}",
         f"train.steps_per_stage={m.base_steps}", "train.checkpoint_every=0", f"device={config.device}",
     ]).model_copy(update={"task": config.task})
-
-
-class _Silent:
-    def log(self, record: dict) -> None:
-        pass
-
-    def checkpoint(self, state: dict, tensors: dict) -> None:
-        pass
 
 
 class FactorizeSystem(StrategiesBaseSystem):
@@ -106,7 +98,7 @@ class FactorizeSystem(StrategiesBaseSystem):
             with torch.random.fork_rng():
                 torch.manual_seed(cfg.seed)
                 system = StrategiesBaseSystem(cfg)
-                train(system, cfg.train, torch.Generator().manual_seed(cfg.seed), _Silent(), show_progress=False)
+                train(system, cfg.train, torch.Generator().manual_seed(cfg.seed), Discard(), show_progress=False)
             return system.model.eval()
         folder = Path(folder)
         if not (folder / "config.yaml").is_file():
@@ -117,15 +109,9 @@ class FactorizeSystem(StrategiesBaseSystem):
         if cfg.task != self.config.task:
             raise ValueError(f"model.base: {folder} was trained on other data (task {cfg.task.model_dump()}); "
                              "set the same task keys")
-        found = load_checkpoint(folder)
-        if found is None:
-            raise ValueError(f"model.base: {folder} has no checkpoint")
         model = GPT(GPTConfig(len(self.tokenizer), self.longest + 8, cfg.model.width, cfg.model.depth,
                               cfg.model.heads))
-        try:
-            load_weights(model, found[1])
-        except ValueError:
-            raise ValueError(f"model.base: {folder}'s checkpoint does not fit its config") from None
+        start_from(model, folder, "model.base")
         return model.to(self.device).eval()
 
     # -- batches ---------------------------------------------------------------------------------

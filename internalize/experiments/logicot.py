@@ -148,16 +148,15 @@ class LogICoTSystem(System):
     def summary(self) -> dict:
         lay = self.layout
         layers = range(1, lay.depth + 1)
-        mass = [child_attention_mass(self.model.attention(layer).cpu(), lay.level, lay.children, layer)
-                for layer in layers]
+        attention = {layer: self.model.attention(layer).cpu() for layer in layers}
+        mass = [child_attention_mass(attention[layer], lay.level, lay.children, layer) for layer in layers]
         weights = [child_weights(self.model.W[layer - 1].cpu(), self.model.allowed.cpu(), lay.level, lay.children,
                                  layer) for layer in layers]
         states = self.zero_filled_states(self.test)
         return dict(zero_filled_accuracy=sign_accuracy(states[-1][:, -1], self.test[:, -1]),
                     explicit_cot_accuracy=self.explicit_cot_accuracy(self.test),
                     child_attention_mass=mass, lowest_child_attention_mass=min(mass),
-                    weakest_row=[weakest_row(self.model.attention(layer).cpu(), lay.level, lay.children, layer)
-                                 for layer in layers],
+                    weakest_row=[weakest_row(attention[layer], lay.level, lay.children, layer) for layer in layers],
                     child_weight=[c for c, _ in weights], other_weight_abs_sum=[o for _, o in weights],
                     representation_spread=representation_spread(states, lay.level),
                     layers=lay.depth, support=list(lay.support))

@@ -23,6 +23,7 @@ from internalize.config import Config
 from internalize.experiments.common import TEST_SEED, VAL_SEED
 from internalize.experiments.logicot import LogICoTSystem
 from internalize.models import LogICoT
+from internalize.runner import first_solved
 from internalize.system import Stage, System
 
 
@@ -145,30 +146,23 @@ class StackedLogICoT(System):
         for i, (seed, solo) in enumerate(zip(self.seeds, self.solo)):
             self.load_into(solo, i)
             per_stage = self.records[i]
-            solved = [r for r in per_stage if r[self.headline] >= 1.0]
+            solved = first_solved(per_stage, self.headline)
             out.append(dict(experiment=self.config.experiment, system=self.config.system, task=self.config.task.name,
                             seed=seed, **solo.summary(), stages=self.num_stages,
                             samples_seen=per_stage[-1]["samples_seen"], steps=sum(r["steps"] for r in per_stage),
                             per_stage=per_stage,
-                            samples_to_full_accuracy=solved[0]["samples_seen"] if solved else None))
+                            samples_to_full_accuracy=solved["samples_seen"] if solved else None))
         return out
 
 
 def train_stacked(config: Config, seeds: list[int]) -> list[dict]:
     """Train `seeds` of a Log-ICoT config at once; each seed's summary (no timings)."""
-    from internalize.train import train
-
-    class Quiet:
-        def log(self, record):
-            pass
-
-        def checkpoint(self, state, tensors):
-            pass
+    from internalize.train import Discard, train
 
     torch.manual_seed(config.seed)
     system = StackedLogICoT(config, seeds)
     cfg = config.train.model_copy(update={"checkpoint_every": 0})
-    train(system, cfg, torch.Generator().manual_seed(0), Quiet(), show_progress=False)
+    train(system, cfg, torch.Generator().manual_seed(0), Discard(), show_progress=False)
     return system.summaries()
 
 

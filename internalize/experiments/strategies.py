@@ -113,11 +113,16 @@ class StrategiesBaseSystem(System):
         # (task, input) of every held-out example: task.fresh never trains on them
         self.held_out = {(t, x) for split in ("validation", "test")
                          for t, x in zip(self.frames[split]["task"], self.frames[split]["input"])}
-        # task.weights over the train split's rows: a task's rows share its weight
+        # task.weights: each task's share of the fresh draws, and over the train split's rows (a task's
+        # rows share its weight); None without weights (uniform draws)
+        weights = config.task.weights
+        self.task_shares = np.array([weights.get(n, 1.0) for n in self.names]) if weights else None
+        if weights:
+            self.task_shares /= self.task_shares.sum()
         train_tasks = self.frames["train"]["task"]
         counts = train_tasks.value_counts()
-        self.row_weights = torch.tensor([config.task.weights.get(t, 1.0) / counts[t] for t in train_tasks],
-                                        dtype=torch.double) if config.task.weights else None
+        self.row_weights = torch.tensor([weights.get(t, 1.0) / counts[t] for t in train_tasks],
+                                        dtype=torch.double) if weights else None
 
     # -- data ----------------------------------------------------------------------------------
     def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,11 +149,11 @@ class StrategiesBaseSystem(System):
         `generator`, so a resumed run draws the same ones. Held-out inputs are refused, and so are
         the rare examples longer than the longest of the splits (the model's positions end there)."""
         rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
-        weights = self.config.task.weights
-        p = np.array([weights.get(n, 1.0) for n in self.names]) / sum(weights.get(n, 1.0) for n in self.names)
+        shares = self.task_shares
         rows = []
         while len(rows) < batch_size:
-            pick = int(rng.choice(len(self.names), p=p)) if weights else int(rng.integers(len(self.names)))
+            pick = (int(rng.choice(len(self.names), p=shares)) if shares is not None
+                    else int(rng.integers(len(self.names))))
             task = TASKS[self.names[pick]]
             problem = task.sample(rng)
             x = task.format_input(problem)
