@@ -15,12 +15,7 @@ import torch
 
 from internalize.config import load
 from internalize.experiments import build
-from internalize.train import train
-
-
-class Discard:
-    def log(self, record): pass
-    def checkpoint(self, state): pass
+from internalize.train import Discard, train
 
 
 def measure(name: str, seed: int, overrides: list[str]) -> dict:

@@ -84,6 +84,8 @@ def sweep(
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default: cores / workers)"),
     out: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: its out, or runs/sweeps/NAME)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    stack_seeds: bool = typer.Option(False, "--stack-seeds",
+                                     help="train each point's seeds at once, as one job (Log-ICoT); same results"),
 ) -> None:
     """Run every unfinished run of a sweep, then write its results table and report."""
     from internalize.analysis.report import write_report
@@ -94,7 +96,8 @@ def sweep(
     if (workers is not None and workers < 1) or (threads is not None and threads < 1):
         fail("--workers and --threads must be at least 1")
     try:
-        result = run_sweep(file, executor, address, workers, out, show=not quiet, threads=threads)
+        result = run_sweep(file, executor, address, workers, out, show=not quiet, threads=threads,
+                           stack_seeds=stack_seeds)
         path = write_report(result["root"], result["table"])
     except ConfigError as err:
         fail(str(err))

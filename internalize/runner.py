@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -49,9 +50,8 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     Bad input raises ConfigError before anything is written. With `resume`, a finished run is
     left as it is, a run with a checkpoint continues from it, and one without starts over in place.
     """
-    from internalize.analysis import plots
     from internalize.experiments import build
-    from internalize.runs import Run, load_checkpoint, read_metrics
+    from internalize.runs import Run, load_checkpoint
     from internalize.train import train
 
     path = Path(path)
@@ -73,6 +73,14 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     setup_seconds = time.perf_counter() - started
     result = train(system, config.train, torch.Generator().manual_seed(config.seed), run, show_progress=show,
                    resume=(checkpoint[0]["train"], checkpoint[1]) if checkpoint else None)
+    return finish(config, system, run, result, started, setup_seconds)
+
+
+def finish(config: Config, system, run, result: dict, started: float, setup_seconds: float) -> dict:
+    """After training: the summary, the loss curve, the per-stage and the system's figures."""
+    from internalize.analysis import plots
+    from internalize.runs import read_metrics
+
     summary = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
                    **system.summary(), **result)
     solved = first_solved(result["per_stage"], system.headline)
@@ -87,3 +95,54 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     summary["setup_seconds"] = setup_seconds  # building the system and the run, before the first step
     run.write_summary(summary)
     return summary
+
+
+class Split:
+    """The recorder of a stacked training: each record goes, split by seed, to each seed's run."""
+
+    def __init__(self, system, runs: list):
+        self.system, self.runs = system, runs
+
+    def log(self, record: dict) -> None:
+        for i, own in self.system.split(record).items():
+            self.runs[i].log(own)
+
+    def checkpoint(self, state: dict, tensors: dict) -> None:
+        pass  # a stack is not resumed: an interrupted one starts over
+
+
+def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
+    """Train runs that differ only in their seed at once (the system's registry entry names a stacked
+    class) and write each into its path as `execute` would: config, metrics, figures, summary, and a
+    checkpoint of its final weights. Directories in `paths` are started over."""
+    import shutil
+
+    from internalize.experiments import stacked_class
+    from internalize.runs import Run
+    from internalize.train import TrainState, model_tensors, train
+
+    started = time.perf_counter()
+    first = group[0]
+    if any(c.model_copy(update={"seed": first.seed}) != first for c in group):
+        raise ConfigError("stacked runs must differ in their seed alone")
+    try:
+        torch.manual_seed(first.seed)
+        system = stacked_class(first.system)(first, [c.seed for c in group])
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    runs = []
+    for config, path in zip(group, paths):
+        shutil.rmtree(path, ignore_errors=True)
+        runs.append(Run.create(Path(path), config))
+    setup_seconds = (time.perf_counter() - started) / len(runs)
+    train(system, first.train.model_copy(update={"checkpoint_every": 0}), torch.Generator().manual_seed(0),
+          Split(system, runs), show_progress=False)
+    summaries = []
+    for i, (config, run) in enumerate(zip(group, runs)):
+        solo, result = system.seed(i)
+        state = TrainState(stage=result["stages"], step=result["steps"], samples=result["samples_seen"],
+                           seconds=result["train_seconds"], per_stage=result["per_stage"])
+        tensors = {f"model.{k}": v for k, v in model_tensors(solo.model)[0].items()}
+        run.checkpoint(asdict(state), {**tensors, "rng.train": system.generators[i].get_state()})
+        summaries.append(finish(config, solo, run, result, started, setup_seconds))
+    return summaries

@@ -175,6 +175,47 @@ def run_one(job: dict) -> dict:
                     seconds=time.perf_counter() - started)
 
 
+def run_stack(job: dict) -> list[dict]:
+    """Train one point's seeds at once (runner.execute_stacked); one outcome per run; never raises."""
+    import torch
+
+    from internalize.runner import execute_stacked
+
+    if job.get("threads"):
+        torch.set_num_threads(job["threads"])
+    started = time.perf_counter()
+    paths = [Path(p) for p in job["paths"]]
+    try:
+        group = [configs.load(job["experiment"], overrides, job["scale"]) for overrides in job["overrides"]]
+        execute_stacked(group, paths)
+        seconds = (time.perf_counter() - started) / len(paths)
+        return [dict(id=i, status="done", seconds=seconds) for i in job["ids"]]
+    except Exception as err:
+        outcomes = []
+        for run, path in zip(job["ids"], paths):
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "summary.json").unlink(missing_ok=True)
+            (path / "error.txt").write_text(traceback.format_exc())
+            outcomes.append(dict(id=run, status="failed", error=f"{type(err).__name__}: {err}",
+                                 seconds=time.perf_counter() - started))
+        return outcomes
+
+
+def stacks(jobs: list[dict]) -> list[dict]:
+    """The jobs of a sweep grouped by point: one job trains every unfinished seed of its point."""
+    groups: dict[str, list[dict]] = {}
+    for job in jobs:
+        groups.setdefault(job["id"].rsplit("__seed=", 1)[0], []).append(job)
+    return [dict(stack=True, ids=[j["id"] for j in group], paths=[j["path"] for j in group],
+                 overrides=[j["overrides"] for j in group], experiment=group[0]["experiment"],
+                 scale=group[0]["scale"], threads=group[0]["threads"]) for group in groups.values()]
+
+
+def run_job(job: dict) -> list[dict]:
+    """A worker's job: one run, or one point's seeds stacked."""
+    return run_stack(job) if job.get("stack") else [run_one(job)]
+
+
 def watch_parent(parent: int, every: float = 2.0) -> None:
     """In a pool worker: exit once the sweep process that started it is gone (killed, say), instead of
     training on unseen; the run continues from its checkpoint when the sweep is run again."""
@@ -191,8 +232,9 @@ def watch_parent(parent: int, every: float = 2.0) -> None:
 def run_local(jobs: list[dict], workers: int, on_done: Callable[[dict], None]) -> None:
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                              initializer=watch_parent, initargs=(os.getpid(),)) as pool:
-        for future in as_completed([pool.submit(run_one, job) for job in jobs]):
-            on_done(future.result())
+        for future in as_completed([pool.submit(run_job, job) for job in jobs]):
+            for outcome in future.result():
+                on_done(outcome)
 
 
 def run_ray(jobs: list[dict], workers: int, address: Optional[str], on_done: Callable[[dict], None]) -> None:
@@ -209,11 +251,12 @@ def run_ray(jobs: list[dict], workers: int, address: Optional[str], on_done: Cal
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
                      _node_ip_address="127.0.0.1")
     try:
-        remote = ray.remote(num_cpus=1)(run_one)
+        remote = ray.remote(num_cpus=1)(run_job)
         pending = [remote.remote(job) for job in jobs]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            on_done(ray.get(done[0]))
+            for outcome in ray.get(done[0]):
+                on_done(outcome)
     finally:
         if started_here:
             ray.shutdown()
@@ -224,8 +267,11 @@ def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
 
 
 def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
-              out: Optional[Path] = None, show: bool = True, threads: Optional[int] = None) -> dict:
-    """Run every unfinished run of a sweep; write the results table; return counts."""
+              out: Optional[Path] = None, show: bool = True, threads: Optional[int] = None,
+              stack_seeds: bool = False) -> dict:
+    """Run every unfinished run of a sweep; write the results table; return counts. With
+    `stack_seeds`, each point's unfinished seeds train at once, as one job (systems whose registry
+    entry has a stacked class; the others refuse)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     file = locate(file)
@@ -243,14 +289,24 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
     # (or still running) already holds one run of every point
     todo.sort(key=lambda t: spec.seeds.index(t["seed"]))
+    if stack_seeds:
+        from internalize.experiments import stacked_class
+
+        try:
+            stacked_class(configs.load(spec.experiment, [], spec.scale).system)
+        except ValueError as err:
+            raise ConfigError(f"--stack-seeds: {err}") from None
     cores = os.cpu_count() or 1
-    workers = max(1, min(workers or cores, len(todo) or 1))
+    points = len({t["id"].rsplit("__seed=", 1)[0] for t in todo}) if stack_seeds else len(todo)
+    workers = max(1, min(workers or cores, points or 1))
     jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
                  path=str(runs / t["id"]), threads=threads or max(1, cores // workers)) for t in todo]
+    if stack_seeds:
+        jobs = stacks(jobs)
     outcomes = {}
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                   TimeElapsedColumn(), disable=not show, transient=True) as bar:
-        task = bar.add_task("runs", total=len(jobs), failed=0)
+        task = bar.add_task("runs", total=len(todo), failed=0)
 
         def on_done(outcome: dict) -> None:
             outcomes[outcome["id"]] = outcome
@@ -264,7 +320,7 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
             else:
                 raise ConfigError(f"unknown executor {executor!r}; choose local or ray")
     table = collect(root, spec, tasks)
-    return dict(root=root, total=len(tasks), ran=len(jobs), skipped=len(tasks) - len(jobs),
+    return dict(root=root, total=len(tasks), ran=len(todo), skipped=len(tasks) - len(todo),
                 failed=[o for o in outcomes.values() if o["status"] == "failed"], table=table)
 
 

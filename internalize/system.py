@@ -76,3 +76,28 @@ class System:
     def describe(summary: dict) -> str:
         """One line of a finished run's headline figures, from its summary.json alone."""
         raise NotImplementedError
+
+
+class Stacked(System):
+    """Several seeds of one system trained at once, as one system (a registry entry's `stacked`).
+
+    The trainer trains it like any system; its recorder hands every record to `split`, and at the
+    end each seed's run is written from `seed(i)` as if it had trained alone: each seed's summary,
+    metrics and figures are those of its own run (timings aside).
+    """
+
+    seeds: list[int]
+    generators: list[torch.Generator]  # each seed's training stream (its run's checkpoint keeps its state)
+
+    def __init__(self, config, seeds: list[int]):
+        raise NotImplementedError
+
+    def split(self, record: dict) -> dict[int, dict]:
+        """A record the trainer logs -> each seed's own record (by index into `seeds`); a seed that
+        did not train in the step the record reports is left out."""
+        raise NotImplementedError
+
+    def seed(self, index: int) -> tuple[System, dict]:
+        """Seed `index`'s own system, holding its trained weights, and its training result as the
+        trainer would return it alone (stages, samples_seen, steps, train_seconds, per_stage)."""
+        raise NotImplementedError

@@ -62,3 +62,16 @@ def test_bench_quick_measures_every_line(cli, tmp_path):
         assert line["met"] is (None if line["goal"] is None else line["ratio"] >= line["goal"])
         assert line["name"] in out.output
     assert 0 < lines["utilisation_w256"]["ratio"] < 1.5  # a share of the measured peak
+
+
+def test_the_curricula_benchmark_script_runs():
+    """benchmarks/ scripts are not imported by the package: run one end to end, as a user would."""
+    import subprocess
+    import sys
+
+    small = ["--set", "task.n=12", "--set", "task.k=8", "--set", "train.val_size=256", "--set", "eval.test_size=512"]
+    out = subprocess.run([sys.executable, "benchmarks/logicot_curricula.py", "--seeds", "1", *small],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ratios = out.stdout.strip().splitlines()[-1].split()
+    assert ratios[0] == "stepwise/log_icot" and float(ratios[1]) == round(7 / 3, 2)  # 7 stages against 3 at k = 8

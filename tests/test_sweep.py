@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -354,3 +355,44 @@ def test_runs_start_seed_by_seed(tmp_path, monkeypatch):
     sweep.run_sweep(file, workers=1, out=tmp_path / "out", show=False)
     assert started == ["task.k=8__seed=0", "task.k=4__seed=1", "task.k=8__seed=1", "task.k=4__seed=2",
                        "task.k=8__seed=2", "task.k=4__seed=3", "task.k=8__seed=3"]
+
+
+@pytest.mark.slow
+def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
+    from internalize.experiments import build
+    from internalize.runner import saved_config, start_from
+    from internalize.runs import read_metrics
+
+    file = write(tmp_path, SMALL)
+    alone, stacked = tmp_path / "alone", tmp_path / "stacked"
+    assert cli("sweep", file, "--out", alone, "--workers", 1, "--threads", 1, "--quiet").exit_code == 0
+    assert cli("sweep", file, "--out", stacked, "--workers", 1, "--threads", 1, "--quiet").exit_code == 0
+    # four runs again, stacked: three seeds of one point, one of the other (the rest already finished)
+    rerun = ["task.k=4__seed=1", "task.k=4__seed=2", "task.k=4__seed=3", "task.k=8__seed=0"]
+    for run in rerun:
+        shutil.rmtree(stacked / "runs" / run)
+    result = cli("sweep", file, "--out", stacked, "--workers", 2, "--threads", 1, "--stack-seeds", "--quiet")
+    assert result.exit_code == 0 and "4 run now, 4 already finished" in result.output, result.output
+    # one thread each: the stacked products round as the seeds' own, so the tables are equal outright
+    pd.testing.assert_frame_equal(comparable(alone), comparable(stacked))
+    steps = set()
+    for run in rerun:
+        theirs, mine = read_metrics(alone / "runs" / run), read_metrics(stacked / "runs" / run)
+        drop = lambda records: [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in records]
+        assert drop(mine) == drop(theirs)
+        steps.add(json.loads((stacked / "runs" / run / "summary.json").read_text())["steps"])
+        assert (stacked / "runs" / run / "figures" / "val_loss.png").exists()
+    assert len(steps) > 1  # the seeds stopped at different steps: the split leaves each its own records
+    # each run's checkpoint holds its final weights: a later run can start from them
+    path = stacked / "runs" / rerun[1]
+    system = build(saved_config(path))
+    start_from(system.model, path)
+    summary = json.loads((path / "summary.json").read_text())
+    assert system.summary()["child_attention_mass"] == summary["child_attention_mass"]
+
+
+def test_stacking_seeds_of_a_system_without_a_stacked_class_is_one_error_line(cli, tmp_path):
+    file = write(tmp_path, "experiment: automata_direction\nscale: smoke\nseeds: [0, 1]\n")
+    result = cli("sweep", file, "--out", tmp_path / "out", "--stack-seeds", "--quiet")
+    assert result.exit_code == 2 and "cannot train seeds stacked" in result.output
+    assert len(result.output.strip().splitlines()) == 1

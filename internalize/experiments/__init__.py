@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from internalize.config import Config
-    from internalize.system import System
+    from internalize.system import Stacked, System
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,12 @@ class Entry:
     target: str  # "module:Class", imported only when the system is built
     tasks: tuple[str, ...]  # task.name values it trains; the first is the default
     models: tuple[str, ...]  # model.name values it trains; the first is the default
+    stacked: str = ""  # "module:Class" that trains several seeds at once (internalize.system.Stacked), if any
 
 
 SYSTEMS: dict[str, Entry] = {
-    "logicot": Entry("internalize.experiments.logicot:LogICoTSystem", ("parity_tree",), ("logicot",)),
+    "logicot": Entry("internalize.experiments.logicot:LogICoTSystem", ("parity_tree",), ("logicot",),
+                     stacked="internalize.experiments.logicot_stack:StackedLogICoT"),
     "automata": Entry("internalize.experiments.automata:AutomataSystem", ("automaton",), ("gpt",)),
     "sparse_parity": Entry("internalize.experiments.sparse_parity:SparseParitySystem", ("sparse_parity",),
                            ("linear_attention",)),
@@ -37,11 +39,24 @@ def register(name: str, entry: Entry) -> None:
     SYSTEMS[name] = entry
 
 
+def load(target: str):
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def system_class(name: str) -> type[System]:
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; available: {', '.join(SYSTEMS)}")
-    module, _, cls = SYSTEMS[name].target.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return load(SYSTEMS[name].target)
+
+
+def stacked_class(name: str) -> type[Stacked]:
+    """The class that trains several seeds of system `name` at once; ValueError if it has none."""
+    system_class(name)  # an unknown name fails as above
+    if not SYSTEMS[name].stacked:
+        able = [n for n, e in SYSTEMS.items() if e.stacked]
+        raise ValueError(f"system {name!r} cannot train seeds stacked; systems that can: {', '.join(able)}")
+    return load(SYSTEMS[name].stacked)
 
 
 def build(config: Config) -> System:

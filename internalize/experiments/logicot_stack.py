@@ -8,9 +8,12 @@ batches drawn, no more steps) while the others go on; the stage ends for all onc
 stopped or the cap is reached, exactly where each would have ended alone. The one trainer
 (internalize/train.py) runs this system like any other.
 
-`train_stacked(config, seeds)` returns each seed's summary; they equal those of `internalize run`
-one seed at a time (tests/test_logicot_stack.py): bitwise on one thread; with several, a batched
-product may round its last bit differently. `internalize bench` measures the speed-up.
+`internalize sweep NAME --stack-seeds` trains each point's seeds this way and writes every seed's
+run directory as its own run would (runner.execute_stacked); `train_stacked(config, seeds)` returns
+the summaries. They equal those of `internalize run` one seed at a time, timings aside
+(tests/test_logicot_stack.py): bitwise on one thread; with several, a batched product may round
+its last bit differently. A seed's `train_seconds` is the stack's time divided by the number of
+seeds. `internalize bench` measures the speed-up.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from internalize.experiments.common import TEST_SEED, VAL_SEED
 from internalize.experiments.logicot import LogICoTSystem
 from internalize.models import LogICoT
 from internalize.runner import first_solved
-from internalize.system import Stage, System
+from internalize.system import Stacked, Stage, System
 
 
 class SeedAdam(torch.optim.Optimizer):
@@ -58,7 +61,7 @@ class SeedAdam(torch.optim.Optimizer):
                     param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-class StackedLogICoT(System):
+class StackedLogICoT(Stacked):
     headline = "zero_filled_accuracy"
     stage_metrics: dict = {}
 
@@ -76,13 +79,16 @@ class StackedLogICoT(System):
         self.active = [True] * len(self.seeds)
         self.records: list[list[dict]] = [[] for _ in self.seeds]  # per seed, per stage
         self.steps = [0] * len(self.seeds)  # the stage's steps taken by each seed
-        self.started = 0.0
+        self.before = [0] * len(self.seeds)  # each seed's steps in the stages before this one
+        self.losses = torch.zeros(len(self.seeds))  # each seed's loss on its last batch
+        self.started, self.seconds = 0.0, 0.0  # the stage's start; the stack's training time so far
 
     def stage(self, index: int) -> Stage:
         solo = self.solo[0]
         padded, plan, trained, supervised, info = solo.wiring(index)  # the same for every seed
         params = [self.model.W[layer - 1] for layer in trained]
         self.active[:] = [True] * len(self.seeds)
+        self.before = [sum(r["steps"] for r in records) for records in self.records]
         self.steps = [0] * len(self.seeds)
         self.started = time.perf_counter()
 
@@ -100,6 +106,7 @@ class StackedLogICoT(System):
 
         def loss(values: torch.Tensor) -> torch.Tensor:
             losses = per_seed_losses(values)
+            self.losses = losses.detach()
             return (losses * torch.tensor(self.active, dtype=losses.dtype)).sum()
 
         @torch.no_grad()
@@ -126,14 +133,36 @@ class StackedLogICoT(System):
 
     def evaluate(self) -> dict[str, float]:
         """At each stage's end: every seed's own stage record, as its run would log it."""
-        seconds = time.perf_counter() - self.started
+        self.seconds += time.perf_counter() - self.started
         for i, solo in enumerate(self.solo):
             self.load_into(solo, i)
-            done = sum(r["steps"] for r in self.records[i]) + self.steps[i]
+            done = self.before[i] + self.steps[i]
             self.records[i].append(dict(stage=len(self.records[i]) + 1, **self.stage_info, steps=self.steps[i],
                                         samples_seen=done * self.config.train.batch_size,
-                                        shared_seconds=seconds, val_loss=self.last_val[i], **solo.evaluate()))
+                                        train_seconds=self.seconds / len(self.seeds), val_loss=self.last_val[i],
+                                        **solo.evaluate()))
         return {}
+
+    def split(self, record: dict) -> dict[int, dict]:
+        if record.get("event") == "stage_end":
+            return {i: dict(event="stage_end", **records[-1]) for i, records in enumerate(self.records)}
+        if "train_loss" not in record:  # the stage's loss before it trains: every seed logs its own
+            return {i: dict(step=b, stage=record["stage"], samples=b * self.config.train.batch_size,
+                            val_loss=self.last_val[i]) for i, b in enumerate(self.before)}
+        taken = max(self.steps)  # the stage's steps so far; a seed that stopped earlier took fewer
+        out = {}
+        for i, (b, n) in enumerate(zip(self.before, self.steps)):
+            if n == taken:
+                out[i] = dict(step=b + n, stage=record["stage"], samples=(b + n) * self.config.train.batch_size,
+                              train_loss=float(self.losses[i]), val_loss=self.last_val[i])
+        return out
+
+    def seed(self, index: int) -> tuple[System, dict]:
+        solo, per_stage = self.solo[index], self.records[index]
+        self.load_into(solo, index)
+        return solo, dict(stages=self.num_stages, samples_seen=per_stage[-1]["samples_seen"],
+                          steps=sum(r["steps"] for r in per_stage), train_seconds=per_stage[-1]["train_seconds"],
+                          per_stage=per_stage)
 
     def load_into(self, solo: LogICoTSystem, i: int) -> None:
         with torch.no_grad():
@@ -143,14 +172,11 @@ class StackedLogICoT(System):
     def summaries(self) -> list[dict]:
         """Each seed's summary, as `internalize run` writes it (timings aside)."""
         out = []
-        for i, (seed, solo) in enumerate(zip(self.seeds, self.solo)):
-            self.load_into(solo, i)
-            per_stage = self.records[i]
-            solved = first_solved(per_stage, self.headline)
+        for i, seed in enumerate(self.seeds):
+            solo, result = self.seed(i)
+            solved = first_solved(result["per_stage"], self.headline)
             out.append(dict(experiment=self.config.experiment, system=self.config.system, task=self.config.task.name,
-                            seed=seed, **solo.summary(), stages=self.num_stages,
-                            samples_seen=per_stage[-1]["samples_seen"], steps=sum(r["steps"] for r in per_stage),
-                            per_stage=per_stage,
+                            seed=seed, **solo.summary(), **result,
                             samples_to_full_accuracy=solved["samples_seen"] if solved else None))
         return out
 
