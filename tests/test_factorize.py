@@ -152,6 +152,11 @@ def test_a_base_run_is_loaded_and_bad_bases_are_one_line(cli, tmp_path):
         extra = ["--set", "task.per_task=50"] if "other data" in message else []
         result = cli("run", "strategies_factorize", "--smoke", "--set", setting, *extra, "--out", tmp_path / "x")
         assert result.exit_code == 2 and message in result.output, result.output
+    # how a base drew its training examples does not touch the splits: a base trained with other
+    # task weights is the same benchmark's
+    result = cli("run", "strategies_factorize", "--smoke", "--quiet", "--set", f"model.base={base}",
+                 "--set", "task.weights={sorting: 2}", "--out", tmp_path / "weights")
+    assert result.exit_code == 0, result.output
 
 
 def tiny_hf_model(folder):

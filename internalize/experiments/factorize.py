@@ -106,8 +106,12 @@ class FactorizeSystem(StrategiesBaseSystem):
         cfg = load(str(folder / "config.yaml"))
         if cfg.system != "strategies_base":
             raise ValueError(f"model.base: {folder} is a {cfg.system} run, not strategies_base")
-        if cfg.task != self.config.task:
-            raise ValueError(f"model.base: {folder} was trained on other data (task {cfg.task.model_dump()}); "
+        # the keys that define the benchmark's splits; how the base drew its training examples
+        # (task.fresh, task.weights) does not touch the validation and test inputs
+        splits = ("data", "data_seed", "per_task", "tasks")
+        theirs, mine = (cfg.task.model_dump(include=set(splits)), self.config.task.model_dump(include=set(splits)))
+        if theirs != mine:
+            raise ValueError(f"model.base: {folder} was trained on other data (task {theirs}, this run's {mine}); "
                              "set the same task keys")
         model = GPT(GPTConfig(len(self.tokenizer), self.longest + 8, cfg.model.width, cfg.model.depth,
                               cfg.model.heads))
