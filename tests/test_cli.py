@@ -36,10 +36,16 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
     elif summary["system"] == "strategies_base":
         assert {"fidelity", "fidelity_greedy", "share_tv", "response_loss", "strategy_entropy", "probes"} <= set(summary)
         assert set(summary["per_task"]) == set(summary["tasks"]) and len(summary["tasks"]) == 6
-        for row in summary["per_task"].values():  # every test example counted once, by its input's length
+        for name, row in summary["per_task"].items():  # every test example counted once, by its input's length
             lengths = row["by_input_length"]
             examples = sum(v["examples"] for v in lengths.values())
             assert row["fidelity"] == pytest.approx(sum(v["fidelity"] * v["examples"] for v in lengths.values()) / examples)
+            # the unfaithful greedy samples shown are unfaithful, and there are as many as the greedy share says
+            from internalize.tasks.strategies import validate
+
+            failures = row["greedy_failures"]
+            assert len(failures) == min(5, round((1 - row["fidelity_greedy"]) * examples))
+            assert not any(f["trace"] is not None and validate(name, f["input"], f["trace"]).valid for f in failures)
         assert sum(v["examples"] for row in summary["per_task"].values()
                    for v in row["by_input_length"].values()) == summary["test_examples"]
         assert {"fidelity.png", "strategy_shares.png", "probes.png"} <= figures

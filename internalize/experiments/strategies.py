@@ -34,6 +34,7 @@ from internalize.tasks.strategies import COLUMNS, TASKS, Tokenizer, Verdict, bui
 
 SPLITS = ("train", "validation", "test")
 UNCLOSED = Verdict(False, False, frozenset(), "the sample never wrote </y>")
+FAILURES_SHOWN = 5  # unfaithful greedy samples kept per task in summary.json
 
 
 def load_splits(task) -> dict[str, pd.DataFrame]:
@@ -229,23 +230,29 @@ class StrategiesBaseSystem(System):
                 out.append(text.split("</y>")[0] if "</y>" in text else None)
         return out
 
-    def fidelity(self, temperature: float, seed: int) -> tuple[dict, dict]:
-        """Per task: the share of faithful samples, and the verdicts."""
+    def fidelity(self, temperature: float, seed: int) -> tuple[dict, dict, dict]:
+        """Per task: the share of faithful samples, the verdicts, and the first few unfaithful samples
+        ({input, trace, reference, reason}: what a reader looks at to see how the model fails)."""
         frame = self.test
         traces = self.generate(frame, temperature, torch.Generator(device=self.device).manual_seed(seed))
         verdicts = {name: [] for name in self.names}
-        for task, x, trace in zip(frame["task"], frame["input"], traces):
-            verdicts[task].append(UNCLOSED if trace is None else validate(task, x, trace))
+        failures = {name: [] for name in self.names}
+        for task, x, trace, reference in zip(frame["task"], frame["input"], traces, frame["trace"]):
+            verdict = UNCLOSED if trace is None else validate(task, x, trace)
+            verdicts[task].append(verdict)
+            if not verdict.valid and len(failures[task]) < FAILURES_SHOWN:
+                failures[task].append(dict(input=x, trace=trace, reference=reference, reason=verdict.reason))
         shares = {name: float(np.mean([v.valid for v in vs])) for name, vs in verdicts.items() if vs}
-        return shares, verdicts
+        return shares, verdicts, failures
 
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         seed = self.config.seed + TEST_SEED
-        sampled, verdicts = self.fidelity(1.0, seed)
-        greedy, greedy_verdicts = self.fidelity(0.0, seed)
+        sampled, verdicts, _ = self.fidelity(1.0, seed)
+        greedy, greedy_verdicts, failures = self.fidelity(0.0, seed)
         self.model.train()
-        self.last = dict(sampled=sampled, greedy=greedy, verdicts=verdicts, greedy_verdicts=greedy_verdicts)
+        self.last = dict(sampled=sampled, greedy=greedy, verdicts=verdicts, greedy_verdicts=greedy_verdicts,
+                         failures=failures)
         return dict(fidelity=float(np.mean(list(sampled.values()))), fidelity_greedy=float(np.mean(list(greedy.values()))))
 
     @torch.no_grad()
@@ -310,7 +317,8 @@ class StrategiesBaseSystem(System):
                     per_task={n: dict(fidelity=sampled[n], fidelity_greedy=greedy[n], share_tv=tv[n],
                                       response_loss=loss[n], strategy_entropy=entropy[n],
                                       strategy_shares=model_shares[n], data_strategy_shares=data_shares[n],
-                                      by_input_length=self.by_length(n))
+                                      by_input_length=self.by_length(n),
+                                      greedy_failures=self.last["failures"][n])
                               for n in self.names},
                     tasks=self.names, parameters=sum(p.numel() for p in self.model.parameters()),
                     test_examples=len(self.test_rows), probes=self.strategy_probes())
