@@ -365,8 +365,8 @@ def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
 
     file = write(tmp_path, SMALL)
     alone, stacked = tmp_path / "alone", tmp_path / "stacked"
-    assert cli("sweep", file, "--out", alone, "--workers", 1, "--threads", 1, "--quiet").exit_code == 0
-    assert cli("sweep", file, "--out", stacked, "--workers", 1, "--threads", 1, "--quiet").exit_code == 0
+    assert cli("sweep", file, "--out", alone, "--workers", 2, "--threads", 1, "--quiet").exit_code == 0
+    shutil.copytree(alone, stacked)
     # four runs again, stacked: three seeds of one point, one of the other (the rest already finished)
     rerun = ["task.k=4__seed=1", "task.k=4__seed=2", "task.k=4__seed=3", "task.k=8__seed=0"]
     for run in rerun:
