@@ -126,6 +126,11 @@ def run_id(point: dict[str, Any], seed: int) -> str:
     return "__".join([*(f"{k}={v}" for k, v in point.items() if v is not None), f"seed={seed}"])
 
 
+def point_of(run: str) -> str:
+    """A run id without its seed: the id of its grid point (the runs `--stack-seeds` trains at once)."""
+    return run.rsplit("__seed=", 1)[0]
+
+
 def point_keys(spec: SweepSpec) -> list[str]:
     """The keys that tell the sweep's runs apart (besides the seed): every case key, then the grid's."""
     keys = [k for case in spec.cases for k in case]
@@ -169,10 +174,15 @@ def run_one(job: dict) -> dict:
         execute(config, path, show=False, resume=resume)
         return dict(id=job["id"], status="done", seconds=time.perf_counter() - started)
     except Exception as err:  # a failing run is recorded, the sweep goes on
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "error.txt").write_text(traceback.format_exc())
-        return dict(id=job["id"], status="failed", error=f"{type(err).__name__}: {err}",
-                    seconds=time.perf_counter() - started)
+        return failed(job["id"], path, err, started)
+
+
+def failed(run: str, path: Path, err: Exception, started: float) -> dict:
+    """Record a run's failure in its directory (error.txt, no summary); its outcome."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "summary.json").unlink(missing_ok=True)
+    (path / "error.txt").write_text(traceback.format_exc())
+    return dict(id=run, status="failed", error=f"{type(err).__name__}: {err}", seconds=time.perf_counter() - started)
 
 
 def run_stack(job: dict) -> list[dict]:
@@ -191,21 +201,14 @@ def run_stack(job: dict) -> list[dict]:
         seconds = (time.perf_counter() - started) / len(paths)
         return [dict(id=i, status="done", seconds=seconds) for i in job["ids"]]
     except Exception as err:
-        outcomes = []
-        for run, path in zip(job["ids"], paths):
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "summary.json").unlink(missing_ok=True)
-            (path / "error.txt").write_text(traceback.format_exc())
-            outcomes.append(dict(id=run, status="failed", error=f"{type(err).__name__}: {err}",
-                                 seconds=time.perf_counter() - started))
-        return outcomes
+        return [failed(run, path, err, started) for run, path in zip(job["ids"], paths)]
 
 
 def stacks(jobs: list[dict]) -> list[dict]:
     """The jobs of a sweep grouped by point: one job trains every unfinished seed of its point."""
     groups: dict[str, list[dict]] = {}
     for job in jobs:
-        groups.setdefault(job["id"].rsplit("__seed=", 1)[0], []).append(job)
+        groups.setdefault(point_of(job["id"]), []).append(job)
     return [dict(stack=True, ids=[j["id"] for j in group], paths=[j["path"] for j in group],
                  overrides=[j["overrides"] for j in group], experiment=group[0]["experiment"],
                  scale=group[0]["scale"], threads=group[0]["threads"]) for group in groups.values()]
@@ -297,7 +300,7 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         except ValueError as err:
             raise ConfigError(f"--stack-seeds: {err}") from None
     cores = os.cpu_count() or 1
-    points = len({t["id"].rsplit("__seed=", 1)[0] for t in todo}) if stack_seeds else len(todo)
+    points = len({point_of(t["id"]) for t in todo}) if stack_seeds else len(todo)
     workers = max(1, min(workers or cores, points or 1))
     jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
                  path=str(runs / t["id"]), threads=threads or max(1, cores // workers)) for t in todo]
