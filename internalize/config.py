@@ -210,6 +210,9 @@ class TrainConfig(Strict):
     # bf16: the training loss (forward and backward) runs under torch.autocast in bfloat16; weights,
     # optimizer and evaluation stay fp32. Slower on CPUs without bfloat16 instructions (benchmarks/)
     precision: Literal["fp32", "bf16"] = "fp32"
+    # systems whose batches mix lengths (strategies) split each batch into this many groups of rows of
+    # similar length, each cut to its longest row: the same loss on fewer padded tokens (1: off)
+    length_chunks: int = Field(1, ge=1)
     grad_clip: Optional[float] = None  # clip the gradient's global norm to this (None: off); logged as train_grad_norm
     advance: Literal["threshold", "steps"] = "threshold"  # decided here: threshold
     threshold: float = 3e-4  # advance once the stage's validation loss is below this

@@ -88,3 +88,22 @@ def test_model_init_starts_from_a_runs_weights(cli, tmp_path):
                 f"model.init={tmp_path / 'a'}", "--out", tmp_path / "c")
     assert wider.exit_code == 2 and "model.init" in wider.output and len(wider.output.strip().splitlines()) == 1
     assert not (tmp_path / "c").exists()
+
+
+def test_length_chunks_give_each_row_the_loss_it_gets_alone():
+    s = system("task.per_task=400", "train.length_chunks=1")
+    tokens, response = s.sample(48, torch.Generator().manual_seed(3))
+    whole = s.response_losses(tokens, response)
+    alone = torch.stack([s.response_losses(tokens[i:i + 1], response[i:i + 1]) for i in range(len(tokens))])
+    s.config.train.length_chunks = 5  # 48 rows in groups of 10, 10, 10, 10, 8
+    chunked = s.response_losses(tokens, response)
+    torch.testing.assert_close(chunked, whole)
+    torch.testing.assert_close(chunked, alone.squeeze(1))
+    # the gradient is the same too: chunking changes only how much padding is computed
+    grads = []
+    for chunks in (1, 5):
+        s.config.train.length_chunks = chunks
+        s.model.zero_grad()
+        s.loss_of((tokens, response)).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in s.model.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from internalize.analysis import plots
 from internalize.config import Config, load
 from internalize.experiments.common import TEST_SEED, VAL_SEED
-from internalize.experiments.strategies import UNCLOSED, StrategiesBaseSystem, credit, mean
+from internalize.experiments.strategies import UNCLOSED, StrategiesBaseSystem, by_length, credit, mean
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.models.latent import Factorization, draw, gaussian_kl
 from internalize.objectives import kl_weight, response_term
@@ -153,19 +153,23 @@ class FactorizeSystem(StrategiesBaseSystem):
 
     # -- the objective ---------------------------------------------------------------------------
     def terms(self, batch):
-        """Per row: the objective's response term, KL(q || r) and the mean response nll."""
+        """Per row: the objective's response term, KL(q || r) and the mean response nll; computed on
+        train.length_chunks groups of rows of similar length (see by_length), one z drawn per row."""
         tokens, response, seed = batch
-        z_at, slot, end_at = self.slots(tokens)
-        q = self.net.posterior_params(tokens, end_at)
-        z = draw(q, torch.Generator(device=tokens.device).manual_seed(seed))
-        logits, r = self.net.generate_pass(tokens[:, :-1], z, slot, z_at)
-        target, where = tokens[:, 1:], response[:, 1:]
-        nll = F.cross_entropy(logits.transpose(1, 2), target, reduction="none") * where  # (B, L-1)
-        surprisal = self.surprisal(tokens, where)
+        generator = torch.Generator(device=tokens.device).manual_seed(seed)
         o = self.config.objective
-        rec = response_term(o.name, nll, surprisal, where, o.alpha, o.gamma, self.c or 1.0)
-        kl = gaussian_kl(q, r)
-        return rec, kl, nll.sum(1) / where.sum(1)
+
+        def per_row(rows: torch.Tensor, width: int) -> torch.Tensor:
+            t, where = tokens[rows, :width], response[rows, 1:width]
+            z_at, slot, end_at = self.slots(t)
+            q = self.net.posterior_params(t, end_at)
+            logits, r = self.net.generate_pass(t[:, :-1], draw(q, generator), slot, z_at)
+            nll = F.cross_entropy(logits.transpose(1, 2), t[:, 1:], reduction="none") * where  # (b, width-1)
+            rec = response_term(o.name, nll, self.surprisal(t, where), where, o.alpha, o.gamma, self.c or 1.0)
+            return torch.stack([rec, gaussian_kl(q, r), nll.sum(1) / where.sum(1)], dim=1)  # (b, 3)
+
+        rec, kl, nll = by_length(tokens, self.tokenizer.pad_id, self.config.train.length_chunks, per_row).unbind(1)
+        return rec, kl, nll
 
     def surprisal(self, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
         """(B, L-1) the frozen base's -log p of each next token, 0 off the response (`where`)."""

@@ -80,6 +80,17 @@ def credit(verdicts, strategies: tuple[str, ...]) -> dict[str, float] | None:
     return {s: t / max(1, len(valid)) for s, t in totals.items()}
 
 
+def by_length(tokens: torch.Tensor, pad_id: int, chunks: int, per_row) -> torch.Tensor:
+    """per_row(rows, width) -> (len(rows),) values, evaluated on `chunks` groups of the right-padded
+    rows of `tokens`, sorted by length, each cut to its longest row (a causal model's outputs at the
+    real tokens do not depend on the padding after them); the values come back in row order."""
+    lengths = (tokens != pad_id).sum(1)
+    order = lengths.argsort(stable=True)
+    groups = [rows for rows in order.chunk(max(1, chunks)) if len(rows)]
+    values = torch.cat([per_row(rows, int(lengths[rows].max())) for rows in groups])
+    return values[order.argsort()]
+
+
 def strategy_entropy(task: str, problem: dict) -> float:
     """Entropy (nats) of the response given the input, strategies uniform: coinciding traces merge."""
     traces = list(TASKS[task].traces(problem).values())
@@ -177,10 +188,14 @@ class StrategiesBaseSystem(System):
 
     # -- training ------------------------------------------------------------------------------
     def response_losses(self, tokens: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
-        """(B,) summed cross-entropy over each row's response tokens (nats per response)."""
-        logits, _ = self.model(tokens[:, :-1])  # (B, L-1, V)
-        losses = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, L-1)
-        return (losses * response[:, 1:]).sum(1)
+        """(B,) summed cross-entropy over each row's response tokens (nats per response), computed on
+        train.length_chunks groups of rows of similar length, each cut to its longest row."""
+        def losses(rows: torch.Tensor, width: int) -> torch.Tensor:
+            t, r = tokens[rows, :width], response[rows, :width]
+            logits, _ = self.model(t[:, :-1])  # (b, width-1, V)
+            return (F.cross_entropy(logits.transpose(1, 2), t[:, 1:], reduction="none") * r[:, 1:]).sum(1)
+
+        return by_length(tokens, self.tokenizer.pad_id, self.config.train.length_chunks, losses)
 
     def loss_of(self, batch) -> torch.Tensor:
         tokens, response = batch
