@@ -49,11 +49,11 @@ Measure = Callable[[bool], list[Line]]
 
 
 def _registry() -> dict[str, Measure]:
-    from internalize.bench import decode, gpt, precision, process, seeds
+    from internalize.bench import chunks, decode, gpt, precision, process, seeds
 
     return {"training": gpt.training, "utilisation": gpt.utilisation, "sampling": decode.sampling,
             "answering": decode.answering, "precision": precision.precision, "seeds": seeds.stacked_seeds,
-            "startup": process.startup,
+            "length_chunks": chunks.length_chunks, "startup": process.startup,
             "sweep": process.sweep_workers}
 
 
