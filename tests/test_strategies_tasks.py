@@ -36,7 +36,8 @@ def generated(task_name, seeds=SEEDS):
 
 # The examples written in each module's docstring, exactly.
 DOCUMENTED = {
-    "list_sum": ("3+5+1+7", {"left_to_right": "3,8,9,16=16", "right_to_left": "7,8,13,16=16", "tree": "8,8|16=16"}),
+    "list_sum": ("3+5+1+7", {"left_to_right": "1:3,2:8,3:9,4:16=16", "right_to_left": "4:7,3:8,2:13,1:16=16",
+                             "tree": "8,8|16=16"}),
     "sorting": ("5213", {"bubble": "2135,1235=1235", "insertion": "2513,1253,1235=1235",
                          "selection": "1253,1253,1235=1235"}),
     "grid_path": ("S.#./..../...G", {"right_first": "01,11,12,13,23=RDRRD", "down_first": "10,20,21,22,23=DDRRR",

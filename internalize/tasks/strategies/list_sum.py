@@ -2,12 +2,15 @@
 
 Input: the digits joined by '+', e.g. `3+5+1+7`.
 Trace: the steps, then '=' and the sum.
-- left_to_right: the prefix sums, comma-separated:               `3,8,9,16=16`
-- right_to_left: the suffix sums, from the last digit:            `7,8,13,16=16`
+- left_to_right: the prefix sums, each after the position (1-based, in the input) of the digit it
+  adds and ':', comma-separated:                                  `1:3,2:8,3:9,4:16=16`
+- right_to_left: the suffix sums, from the last digit, the same way: `4:7,3:8,2:13,1:16=16`
 - tree: each level of a pairwise reduction (neighbours added, an odd last element carried up
   unchanged), levels separated by '|':                            `8,8|16=16`   (`3+5+1`: `8,1|9=9`)
-The two running sums coincide only on palindromes; tree has a '|' from three digits on, so it
-never matches them.
+The running sums name the digit they add: where it sits in the input is then written, not
+counted (without the positions, models lost their place in long lists: docs/strategies.md). The
+two running sums start at different positions and tree has no ':', so no two strategies ever
+write the same trace.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ NAME = "list_sum"
 STRATEGIES = ("left_to_right", "right_to_left", "tree")
 _INPUT = re.compile(r"[0-9](?:\+[0-9]){2,}")
 _LIST = rf"{NATURAL}(?:,{NATURAL})*"
-GRAMMAR = re.compile(rf"{_LIST}(?:\|{_LIST})*={NATURAL}")
+_RUNNING = rf"[1-9]:{NATURAL}(?:,[1-9]:{NATURAL})*"
+GRAMMAR = re.compile(rf"(?:{_LIST}(?:\|{_LIST})*|{_RUNNING})={NATURAL}")
 
 
 def sample(rng: np.random.Generator) -> dict:
@@ -44,12 +48,18 @@ def _join(numbers) -> str:
     return ",".join(str(n) for n in numbers)
 
 
+def _running(positions: list[int], digits: list[int]) -> str:
+    """The running sums of the digits at these 1-based positions, each after its position."""
+    sums = itertools.accumulate(digits[p - 1] for p in positions)
+    return ",".join(f"{p}:{total}" for p, total in zip(positions, sums))
+
+
 def trace(problem: dict, strategy: str) -> str:
     digits = problem["digits"]
     if strategy == "left_to_right":
-        steps = _join(itertools.accumulate(digits))
+        steps = _running(list(range(1, len(digits) + 1)), digits)
     elif strategy == "right_to_left":
-        steps = _join(itertools.accumulate(reversed(digits)))
+        steps = _running(list(range(len(digits), 0, -1)), digits)
     elif strategy == "tree":
         levels, level = [], list(digits)
         while len(level) > 1:
