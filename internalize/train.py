@@ -142,6 +142,13 @@ def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], 
     generator.set_state(tensors["rng.train"])
 
 
+def progress_line(index: int, stages: int, state: TrainState, cap: int, seconds: float) -> str:
+    """One evaluation's progress as plain text: `stage 1/2  step 300/1000  val 0.4120  2m05s`."""
+    minutes, secs = divmod(int(seconds), 60)
+    return (f"stage {index + 1}/{stages}  step {state.stage_step}/{cap}  val {state.val:.4f}  "
+            f"{minutes}m{secs:02d}s")
+
+
 def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder: Recorder,
           show_progress: bool = True, resume: Optional[tuple[dict, dict]] = None) -> dict:
     """Run every stage (from a checkpoint's (state, tensors) if given); return the summary figures."""
@@ -161,6 +168,8 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} steps"),
                TextColumn("val {task.fields[val]:.4f}"), TimeElapsedColumn())
     with Progress(*columns, disable=not show_progress, transient=True) as bar:
+        # where no bar can draw (a log file, a pipe), each evaluation prints one plain line instead
+        plain = show_progress and not bar.console.is_terminal
         for index in range(state.stage, system.num_stages):
             stage = system.stage(index)
             fresh = state.stage_step == 0
@@ -208,6 +217,10 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                                       train_loss=float(loss.detach()), val_loss=state.val,
                                       **{f"train_{k}": v for k, v in parts.items()}))
                     bar.update(task, completed=state.stage_step, val=state.val)
+                    if plain:
+                        bar.console.print(progress_line(index, system.num_stages, state, cap,
+                                                        state.seconds + time.perf_counter() - started),
+                                          highlight=False, soft_wrap=True)
                     advance = advance or (rule == "threshold" and state.val < cfg.threshold)
                 if advance:
                     break

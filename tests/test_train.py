@@ -92,3 +92,16 @@ def test_row_step_moves_each_rows_largest_entry_by_the_step_size():
     w.grad = torch.tensor([[-2.0, -1.0, 0.5], [0.0, 0.0, 0.0]])
     RowStep([w], size=9.0).step()
     assert torch.allclose(w.detach(), torch.tensor([[9.0, 4.5, -2.25], [0.0, 0.0, 0.0]]))
+
+
+def test_progress_prints_plain_lines_where_no_bar_can_draw(capsys):
+    cfg = TrainConfig(advance="steps", steps_per_stage=6, eval_every=3)
+    memory = Memory()
+    train(Quadratic(), cfg, torch.Generator().manual_seed(0), memory, show_progress=True)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("stage")]
+    assert [line.split("  ")[:2] for line in lines] == [[f"stage {s}/2", f"step {n}/6"] for s in (1, 2) for n in (3, 6)]
+    logged = [f"val {r['val_loss']:.4f}" for r in memory.records if "train_loss" in r]  # the same evaluations
+    assert [line.split("  ")[2] for line in lines] == logged and logged[0] != logged[1]
+    assert all(line.split("  ")[3].endswith("s") for line in lines)
+    train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=False)
+    assert capsys.readouterr().out == ""
