@@ -310,10 +310,15 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                   TimeElapsedColumn(), disable=not show, transient=True) as bar:
         task = bar.add_task("runs", total=len(todo), failed=0)
+        plain = show and not bar.console.is_terminal  # a log file or a pipe: one line per finished run
 
         def on_done(outcome: dict) -> None:
             outcomes[outcome["id"]] = outcome
             bar.update(task, advance=1, failed=sum(o["status"] == "failed" for o in outcomes.values()))
+            if plain:
+                minutes, seconds = divmod(int(outcome["seconds"]), 60)
+                bar.console.print(f"run {len(outcomes)}/{len(todo)} {outcome['status']}: {outcome['id']} "
+                                  f"({minutes}m{seconds:02d}s)", highlight=False, soft_wrap=True)
 
         if jobs:
             if executor == "ray":

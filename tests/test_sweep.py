@@ -106,8 +106,11 @@ def test_a_failing_run_is_recorded_and_the_others_finish(cli, tmp_path):
     plain = SMALL.split("report:")[0]  # its figure is of task.k, which this sweep does not vary
     file = write(tmp_path, plain.replace("task.k: [4, 8]", "train.lr: [0.1, .inf]").replace("[0, 1, 2, 3]", "[0, 1]"))
     out = tmp_path / "out"
-    result = cli("sweep", file, "--out", out, "--workers", 2, "--quiet")
+    result = cli("sweep", file, "--out", out, "--workers", 2)  # not a terminal: one line per finished run
     assert result.exit_code == 1 and "2 failed" in result.output
+    lines = sorted(line.split(" (")[0].split(" ", 2)[2] for line in result.output.splitlines() if line.startswith("run "))
+    assert lines == ["done: train.lr=0.1__seed=0", "done: train.lr=0.1__seed=1",
+                     "failed: train.lr=inf__seed=0", "failed: train.lr=inf__seed=1"], result.output
     table = pd.read_parquet(out / "results.parquet")
     failed = table[table["status"] == "failed"]
     assert sorted(failed["run_id"]) == ["train.lr=inf__seed=0", "train.lr=inf__seed=1"]
