@@ -41,11 +41,15 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
             examples = sum(v["examples"] for v in lengths.values())
             assert row["fidelity"] == pytest.approx(sum(v["fidelity"] * v["examples"] for v in lengths.values()) / examples)
             # the unfaithful greedy samples shown are unfaithful, and there are as many as the greedy share says
-            from internalize.tasks.strategies import validate
+            from internalize.tasks.strategies import TASKS, validate
 
             failures = row["greedy_failures"]
             assert len(failures) == min(5, round((1 - row["fidelity_greedy"]) * examples))
             assert not any(f["trace"] is not None and validate(name, f["input"], f["trace"]).valid for f in failures)
+            # every unfaithful sampled trace is placed once: under the strategy it follows, at a segment
+            placed = sum(n for counts in row["departures"].values() for n in counts.values())
+            assert placed == round((1 - row["fidelity"]) * examples)
+            assert set(row["departures"]) <= {*TASKS[name].strategies, "none"}
         assert sum(v["examples"] for row in summary["per_task"].values()
                    for v in row["by_input_length"].values()) == summary["test_examples"]
         assert {"fidelity.png", "strategy_shares.png", "probes.png"} <= figures

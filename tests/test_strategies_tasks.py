@@ -1,5 +1,6 @@
 """The six-task strategies benchmark: traces, validators, tokenizer and the Parquet splits."""
 import json
+import os
 import re
 
 import numpy as np
@@ -15,6 +16,7 @@ from internalize.tasks.strategies import (
     Verdict,
     build_splits,
     dataset_stats,
+    departure,
     format_stats,
     frame,
     unframe,
@@ -147,6 +149,45 @@ def test_corrupted_traces_lose_their_label(task_name):
             assert verdict.reason == "wrong final answer"
     # every corruption ran on most traces, so none of the assertions above is vacuous
     assert min(counts.values()) > len(SEEDS)
+
+
+def segment_at(trace, i):
+    """The segment of `trace` holding character i: 1, 2, ... between the separators, or "answer"."""
+    if i > trace.rindex("="):
+        return "answer"
+    ends = np.cumsum([len(piece) for piece in SEPARATORS.split(trace)])  # pieces alternate with separators
+    return str(1 + int(np.searchsorted(ends, i, side="right")) // 2)
+
+
+@pytest.mark.parametrize("task_name", list(TASKS))
+def test_departure_names_the_strategy_followed_and_the_segment_that_differs(task_name):
+    rng = np.random.default_rng(2)
+    own = 0
+    for seed, problem, input, traces in generated(task_name):
+        for strategy, trace in traces.items():
+            if trace is None:
+                continue
+            assert departure(task_name, input, trace) is None
+            bad, _ = change_digit(trace, rng)
+            i = next(k for k, (a, b) in enumerate(zip(trace, bad)) if a != b)
+            followed, segment = departure(task_name, input, bad)
+            longest = max(len(os.path.commonprefix([t, bad])) for t in traces.values() if t is not None)
+            assert len(os.path.commonprefix([traces[followed], bad])) == longest >= i
+            if longest == i and followed == strategy:
+                own += 1
+                assert segment == segment_at(trace, i), (trace, bad, segment)
+    assert own > len(SEEDS)  # the segment check ran on most traces
+
+
+def test_departure_examples_and_bad_input():
+    assert departure("linear_equation", "3x-6=-21", "3x=-21+6,3x=-14,x=-5") == ("subtract_first", "2")
+    assert departure("linear_equation", "3x-6=-21", "3x=-21+6,3x=-15,x=-4") == ("subtract_first", "answer")
+    assert departure("linear_equation", "3x-6=-21", "x-6/3=-21/3,x-3") == ("divide_first", "2")  # cut short
+    assert departure("base_conversion", "200>16", "11001001:1100|1001=c9") == ("via_binary", "1")
+    assert departure("list_sum", "3+5+1+7", "1:3,2:8,3:9,4:17=17") == ("left_to_right", "8")
+    assert departure("linear_equation", "3x-6=-21", "x-6/3=-21/3,x-2=-7,x=-5") is None  # a strategy's own
+    for args in (("no_task", "1", "1"), ("list_sum", "garbage", "1=1"), ("list_sum", "3+5", None), (None, 5, b"")):
+        assert departure(*args) is None
 
 
 def test_correct_trace_that_skips_steps_matches_no_strategy():

@@ -30,7 +30,8 @@ from internalize.config import Config
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.system import Stage, System
-from internalize.tasks.strategies import COLUMNS, TASKS, Tokenizer, Verdict, build_splits, frame, prompt, validate
+from internalize.tasks.strategies import (COLUMNS, TASKS, Tokenizer, Verdict, build_splits, departure, frame, prompt,
+                                          validate)
 
 SPLITS = ("train", "validation", "test")
 UNCLOSED = Verdict(False, False, frozenset(), "the sample never wrote </y>")
@@ -245,29 +246,37 @@ class StrategiesBaseSystem(System):
                 out.append(text.split("</y>")[0] if "</y>" in text else None)
         return out
 
-    def fidelity(self, temperature: float, seed: int) -> tuple[dict, dict, dict]:
-        """Per task: the share of faithful samples, the verdicts, and the first few unfaithful samples
-        ({input, trace, reference, reason}: what a reader looks at to see how the model fails)."""
+    def fidelity(self, temperature: float, seed: int) -> tuple[dict, dict, dict, dict]:
+        """Per task: the share of faithful samples, the verdicts, the first few unfaithful samples
+        ({input, trace, reference, reason}: what a reader looks at to see how the model fails), and
+        where the unfaithful ones go wrong: {strategy followed: {segment: count}} (see `departure`;
+        "unclosed" under "none" for samples that never close)."""
         frame = self.test
         traces = self.generate(frame, temperature, torch.Generator(device=self.device).manual_seed(seed))
         verdicts = {name: [] for name in self.names}
         failures = {name: [] for name in self.names}
+        departures = {name: {} for name in self.names}
         for task, x, trace, reference in zip(frame["task"], frame["input"], traces, frame["trace"]):
             verdict = UNCLOSED if trace is None else validate(task, x, trace)
             verdicts[task].append(verdict)
-            if not verdict.valid and len(failures[task]) < FAILURES_SHOWN:
+            if verdict.valid:
+                continue
+            if len(failures[task]) < FAILURES_SHOWN:
                 failures[task].append(dict(input=x, trace=trace, reference=reference, reason=verdict.reason))
+            strategy, segment = ("none", "unclosed") if trace is None else departure(task, x, trace) or ("none", "?")
+            counts = departures[task].setdefault(strategy, {})
+            counts[segment] = counts.get(segment, 0) + 1
         shares = {name: float(np.mean([v.valid for v in vs])) for name, vs in verdicts.items() if vs}
-        return shares, verdicts, failures
+        return shares, verdicts, failures, departures
 
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         seed = self.config.seed + TEST_SEED
-        sampled, verdicts, _ = self.fidelity(1.0, seed)
-        greedy, greedy_verdicts, failures = self.fidelity(0.0, seed)
+        sampled, verdicts, _, departures = self.fidelity(1.0, seed)
+        greedy, greedy_verdicts, failures, _ = self.fidelity(0.0, seed)
         self.model.train()
         self.last = dict(sampled=sampled, greedy=greedy, verdicts=verdicts, greedy_verdicts=greedy_verdicts,
-                         failures=failures)
+                         failures=failures, departures=departures)
         return dict(fidelity=float(np.mean(list(sampled.values()))), fidelity_greedy=float(np.mean(list(greedy.values()))))
 
     @torch.no_grad()
@@ -333,7 +342,8 @@ class StrategiesBaseSystem(System):
                                       response_loss=loss[n], strategy_entropy=entropy[n],
                                       strategy_shares=model_shares[n], data_strategy_shares=data_shares[n],
                                       by_input_length=self.by_length(n),
-                                      greedy_failures=self.last["failures"][n])
+                                      greedy_failures=self.last["failures"][n],
+                                      departures=self.last["departures"][n])
                               for n in self.names},
                     tasks=self.names, parameters=sum(p.numel() for p in self.model.parameters()),
                     test_examples=len(self.test_rows), probes=self.strategy_probes())

@@ -1,7 +1,7 @@
 """The multi-strategy benchmark (docs/strategies.md): six tasks, each solvable by
 two or three strategies that write different traces, a validator per task, one character-level
 tokenizer and the Parquet splits. Trace formats are documented in each task's module."""
-from internalize.tasks.strategies.benchmark import TASKS, validate
+from internalize.tasks.strategies.benchmark import TASKS, departure, validate
 from internalize.tasks.strategies.common import Task, Verdict, final_answer
 from internalize.tasks.strategies.dataset import (
     COLUMNS,
@@ -22,6 +22,6 @@ from internalize.tasks.strategies.tokenizer import (
 
 __all__ = [
     "CHARS", "COLUMNS", "DEFAULT_PER_TASK", "SPECIALS", "TASKS", "Task", "Tokenizer", "Verdict",
-    "build_splits", "dataset_stats", "final_answer", "format_stats", "frame", "prompt", "unframe",
+    "build_splits", "dataset_stats", "departure", "final_answer", "format_stats", "frame", "prompt", "unframe",
     "validate", "write_dataset",
 ]

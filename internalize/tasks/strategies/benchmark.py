@@ -46,3 +46,32 @@ def _validate(task, input, trace) -> Verdict:
     strategies = frozenset(s for s, t in spec.traces(problem).items() if t == trace)
     reason = "" if correct and strategies else "wrong final answer" if not correct else "matches no strategy"
     return Verdict(True, correct, strategies, reason)
+
+
+_SEPARATORS = ",;|:"
+
+
+def departure(task: str, input: str, trace: str) -> tuple[str, str] | None:
+    """Where an unfaithful trace goes wrong: (the strategy whose trace on `input` it follows longest,
+    the segment of that trace where it first differs). Segments are the text between the separators
+    `, ; | :`, numbered from 1; "answer" is the text after the last '='. None when the trace is some
+    strategy's, or the task or input is unknown. Never raises."""
+    try:
+        spec = TASKS[task]
+        traces = {s: t for s, t in spec.traces(spec.parse_input(input)).items() if t is not None}
+    except Exception:  # noqa: BLE001 - a diagnostic: no input it is given may stop an evaluation
+        return None
+    if not isinstance(trace, str) or not traces or trace in traces.values():
+        return None
+
+    def shared(reference: str) -> int:
+        n = 0
+        while n < min(len(reference), len(trace)) and reference[n] == trace[n]:
+            n += 1
+        return n
+
+    strategy = max(traces, key=lambda s: shared(traces[s]))  # the first of the longest on a tie
+    reference, at = traces[strategy], shared(traces[strategy])
+    if at > reference.rfind("="):
+        return strategy, "answer"
+    return strategy, str(1 + sum(reference[:at].count(c) for c in _SEPARATORS))
