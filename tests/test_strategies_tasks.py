@@ -172,6 +172,9 @@ def test_departure_names_the_strategy_followed_and_the_segment_that_differs(task
             i = next(k for k, (a, b) in enumerate(zip(trace, bad)) if a != b)
             followed, segment = departure(task_name, input, bad)
             longest = max(len(os.path.commonprefix([t, bad])) for t in traces.values() if t is not None)
+            if longest == 0:
+                assert (followed, segment) == ("none", "1")
+                continue
             assert len(os.path.commonprefix([traces[followed], bad])) == longest >= i
             if longest == i and followed == strategy:
                 own += 1
@@ -186,6 +189,7 @@ def test_departure_examples_and_bad_input():
     assert departure("base_conversion", "200>16", "11001001:1100|1001=c9") == ("via_binary", "1")
     assert departure("list_sum", "3+5+1+7", "1:3,2:8,3:9,4:17=17") == ("left_to_right", "8")
     assert departure("linear_equation", "3x-6=-21", "x-6/3=-21/3,x-2=-7,x=-5") is None  # a strategy's own
+    assert departure("addition", "457+68", "925=925") == ("none", "1")  # no strategy starts with a 9
     for args in (("no_task", "1", "1"), ("list_sum", "garbage", "1=1"), ("list_sum", "3+5", None), (None, 5, b"")):
         assert departure(*args) is None
 

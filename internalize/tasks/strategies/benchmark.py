@@ -53,7 +53,8 @@ _SEPARATORS = ",;|:"
 
 def departure(task: str, input: str, trace: str) -> tuple[str, str] | None:
     """Where an unfaithful trace goes wrong: (the strategy whose trace on `input` it follows longest,
-    the segment of that trace where it first differs). Segments are the text between the separators
+    the segment of that trace where it first differs; "none" when no strategy's trace starts with its
+    first character). Segments are the text between the separators
     `, ; | :`, numbered from 1; "answer" is the text after the last '='. None when the trace is some
     strategy's, or the task or input is unknown. Never raises."""
     try:
@@ -72,6 +73,8 @@ def departure(task: str, input: str, trace: str) -> tuple[str, str] | None:
 
     strategy = max(traces, key=lambda s: shared(traces[s]))  # the first of the longest on a tie
     reference, at = traces[strategy], shared(traces[strategy])
+    if at == 0:
+        return "none", "1"
     if at > reference.rfind("="):
         return strategy, "answer"
     return strategy, str(1 + sum(reference[:at].count(c) for c in _SEPARATORS))
