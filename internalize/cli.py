@@ -110,6 +110,20 @@ def sweep(
         raise typer.Exit(1)
 
 
+@app.command("evaluate")
+def evaluate_command(directory: Path = typer.Argument(..., help="a finished run directory")) -> None:
+    """Evaluate a finished run's final weights again with the current code; write DIR/evaluation.json."""
+    from internalize.experiments import describe
+    from internalize.runner import evaluate_run
+
+    try:
+        found = evaluate_run(directory)
+    except ConfigError as err:
+        fail(str(err))
+    console.print(describe(found), highlight=False)
+    console.print(f"evaluation: {directory / 'evaluation.json'}", highlight=False)
+
+
 @app.command("report")
 def report_command(directory: Path = typer.Argument(..., help="a sweep directory")) -> None:
     """Write DIR/report.md: tables over seeds and the sweep's figures."""

@@ -97,6 +97,34 @@ def finish(config: Config, system, run, result: dict, started: float, setup_seco
     return summary
 
 
+def evaluate_run(path: Path) -> dict:
+    """Evaluate a finished run's final weights again with the current code (a metric added since it
+    ran, say): the system's summary, without training figures, written to PATH/evaluation.json."""
+    from internalize.experiments import build
+    from internalize.runs import atomic_write, load_checkpoint
+    from internalize.train import load_weights
+
+    path = Path(path)
+    if not (path / "config.yaml").exists():
+        raise ConfigError(f"{path} is not a run directory (it has no config.yaml)")
+    if not (path / "summary.json").exists():
+        raise ConfigError(f"{path} has not finished (no summary.json); continue it with internalize run --resume")
+    config = saved_config(path)
+    torch.manual_seed(config.seed)
+    try:
+        system = build(config)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    state, tensors = load_checkpoint(path)
+    load_weights(system.model, tensors)
+    system.load_state(state["train"].get("system") or {})
+    system.stage(system.num_stages - 1)  # a system evaluates in the format of the stage it is in: the last
+    found = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
+                 **system.summary())
+    atomic_write(path / "evaluation.json", lambda p: p.write_text(json.dumps(found, indent=2)))
+    return found
+
+
 class Split:
     """The recorder of a stacked training: each record goes, split by seed, to each seed's run."""
 

@@ -1,3 +1,4 @@
+import json
 import pytest
 import torch
 
@@ -179,3 +180,23 @@ def test_a_corrupt_or_incomplete_data_directory_is_one_clear_line(cli, tmp_path)
     result = cli("run", "strategies_base", "--smoke", "--quiet", "--set", f"task.data={tmp_path / 'good'}",
                  "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("name", ["logicot", "automata_regimes"])  # one stage, then several with removed tokens
+def test_evaluating_a_finished_run_again_gives_its_summary(cli, tmp_path, name):
+    out = tmp_path / "run"
+    assert cli("run", name, "--smoke", "--quiet", "--out", out).exit_code == 0
+    result = cli("evaluate", out)
+    assert result.exit_code == 0 and "evaluation.json" in result.output, result.output
+    summary, again = read_summary(out), json.loads((out / "evaluation.json").read_text())
+    assert again == {k: v for k, v in summary.items() if k in again}
+    assert {"experiment", "seed"} <= set(again) and "per_stage" not in again  # training figures stay in summary.json
+
+
+def test_evaluate_refuses_what_is_no_finished_run(cli, tmp_path):
+    unfinished = tmp_path / "unfinished"
+    assert cli("run", "logicot", "--smoke", "--quiet", "--out", unfinished).exit_code == 0
+    (unfinished / "summary.json").unlink()
+    for folder, message in ((tmp_path / "nothing", "not a run directory"), (unfinished, "has not finished")):
+        result = cli("evaluate", folder)
+        assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
