@@ -111,13 +111,16 @@ def sweep(
 
 
 @app.command("evaluate")
-def evaluate_command(directory: Path = typer.Argument(..., help="a finished run directory")) -> None:
+def evaluate_command(
+    directory: Path = typer.Argument(..., help="a finished run directory"),
+    overrides: List[str] = typer.Option([], "--set", help="change an eval.* setting: --set eval.test_size=3000"),
+) -> None:
     """Evaluate a finished run's final weights again with the current code; write DIR/evaluation.json."""
     from internalize.experiments import describe
     from internalize.runner import evaluate_run
 
     try:
-        found = evaluate_run(directory)
+        found = evaluate_run(directory, overrides)
     except ConfigError as err:
         fail(str(err))
     console.print(describe(found), highlight=False)

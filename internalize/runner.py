@@ -97,9 +97,10 @@ def finish(config: Config, system, run, result: dict, started: float, setup_seco
     return summary
 
 
-def evaluate_run(path: Path) -> dict:
+def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     """Evaluate a finished run's final weights again with the current code (a metric added since it
-    ran, say): the system's summary, without training figures, written to PATH/evaluation.json."""
+    ran, say), its `eval.*` settings changed by `overrides` (more test examples, say): the system's
+    summary, without training figures, written to PATH/evaluation.json."""
     from internalize.experiments import build
     from internalize.runs import atomic_write, load_checkpoint
     from internalize.train import load_weights
@@ -109,7 +110,9 @@ def evaluate_run(path: Path) -> dict:
         raise ConfigError(f"{path} is not a run directory (it has no config.yaml)")
     if not (path / "summary.json").exists():
         raise ConfigError(f"{path} has not finished (no summary.json); continue it with internalize run --resume")
-    config = saved_config(path)
+    if any(not o.startswith("eval.") for o in overrides):
+        raise ConfigError("evaluate changes eval.* settings only (the weights fix the rest of the config)")
+    config = configs.load(str(path / "config.yaml"), list(overrides))
     torch.manual_seed(config.seed)
     try:
         system = build(config)
@@ -120,7 +123,7 @@ def evaluate_run(path: Path) -> dict:
     system.load_state(state["train"].get("system") or {})
     system.stage(system.num_stages - 1)  # a system evaluates in the format of the stage it is in: the last
     found = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
-                 **system.summary())
+                 overrides=list(overrides), **system.summary())
     atomic_write(path / "evaluation.json", lambda p: p.write_text(json.dumps(found, indent=2)))
     return found
 

@@ -189,8 +189,20 @@ def test_evaluating_a_finished_run_again_gives_its_summary(cli, tmp_path, name):
     result = cli("evaluate", out)
     assert result.exit_code == 0 and "evaluation.json" in result.output, result.output
     summary, again = read_summary(out), json.loads((out / "evaluation.json").read_text())
+    assert again.pop("overrides") == []
     assert again == {k: v for k, v in summary.items() if k in again}
     assert {"experiment", "seed"} <= set(again) and "per_stage" not in again  # training figures stay in summary.json
+
+
+def test_evaluate_can_change_eval_settings_alone(cli, tmp_path):
+    out = tmp_path / "run"
+    assert cli("run", "strategies_base", "--smoke", "--quiet", "--set", "task.per_task=200", "--out", out).exit_code == 0
+    assert read_summary(out)["test_examples"] == 48  # of the 120 test inputs
+    assert cli("evaluate", out, "--set", "eval.test_size=120").exit_code == 0
+    again = json.loads((out / "evaluation.json").read_text())
+    assert again["test_examples"] == 120 and again["overrides"] == ["eval.test_size=120"]
+    result = cli("evaluate", out, "--set", "model.width=64")
+    assert result.exit_code == 2 and "eval.* settings only" in result.output
 
 
 def test_evaluate_refuses_what_is_no_finished_run(cli, tmp_path):
