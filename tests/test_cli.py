@@ -206,9 +206,9 @@ def test_evaluate_can_change_eval_settings_alone(cli, tmp_path):
 
 
 def test_evaluate_refuses_what_is_no_finished_run(cli, tmp_path):
-    unfinished = tmp_path / "unfinished"
-    assert cli("run", "logicot", "--smoke", "--quiet", "--out", unfinished).exit_code == 0
-    (unfinished / "summary.json").unlink()
+    unfinished = tmp_path / "unfinished"  # a run stopped before its summary
+    unfinished.mkdir()
+    (unfinished / "config.yaml").write_text("experiment: logicot\n")
     for folder, message in ((tmp_path / "nothing", "not a run directory"), (unfinished, "has not finished")):
         result = cli("evaluate", folder)
         assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
