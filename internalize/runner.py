@@ -44,13 +44,28 @@ def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init") ->
         raise ConfigError(f"{key}: {folder}: {err}") from None
 
 
+def seeded_system(config: Config):
+    """The config's system, built after seeding torch with its seed; a bad config is a ConfigError."""
+    from internalize.experiments import build
+
+    torch.manual_seed(config.seed)
+    try:
+        return build(config)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def identity(config: Config) -> dict:
+    """The fields that open every summary: which experiment, system, task and seed."""
+    return dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed)
+
+
 def execute(config: Config, path: Path, show: bool = True, resume: bool = False) -> dict:
     """Train one run into `path` and return its summary.
 
     Bad input raises ConfigError before anything is written. With `resume`, a finished run is
     left as it is, a run with a checkpoint continues from it, and one without starts over in place.
     """
-    from internalize.experiments import build
     from internalize.runs import Run, load_checkpoint
     from internalize.train import train
 
@@ -58,11 +73,7 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     if resume and (path / "summary.json").exists():
         return json.loads((path / "summary.json").read_text())
     started = time.perf_counter()
-    torch.manual_seed(config.seed)
-    try:
-        system = build(config)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    system = seeded_system(config)
     checkpoint = load_checkpoint(path) if resume else None
     if checkpoint is None and getattr(config.model, "init", None) is not None:
         start_from(system.model, Path(config.model.init))
@@ -81,8 +92,7 @@ def finish(config: Config, system, run, result: dict, started: float, setup_seco
     from internalize.analysis import plots
     from internalize.runs import read_metrics
 
-    summary = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
-                   **system.summary(), **result)
+    summary = dict(**identity(config), **system.summary(), **result)
     solved = first_solved(result["per_stage"], system.headline)
     summary["samples_to_full_accuracy"] = solved["samples_seen"] if solved else None
     summary["seconds_to_full_accuracy"] = solved["train_seconds"] if solved else None
@@ -101,7 +111,6 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     """Evaluate a finished run's final weights again with the current code (a metric added since it
     ran, say), its `eval.*` settings changed by `overrides` (more test examples, say): the system's
     summary, without training figures, written to PATH/evaluation.json."""
-    from internalize.experiments import build
     from internalize.runs import atomic_write, load_checkpoint
     from internalize.train import load_weights
 
@@ -113,17 +122,12 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     if any(not o.startswith("eval.") for o in overrides):
         raise ConfigError("evaluate changes eval.* settings only (the weights fix the rest of the config)")
     config = configs.load(str(path / "config.yaml"), list(overrides))
-    torch.manual_seed(config.seed)
-    try:
-        system = build(config)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    system = seeded_system(config)
     state, tensors = load_checkpoint(path)
     load_weights(system.model, tensors)
     system.load_state(state["train"].get("system") or {})
     system.stage(system.num_stages - 1)  # a system evaluates in the format of the stage it is in: the last
-    found = dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed,
-                 overrides=list(overrides), **system.summary())
+    found = dict(**identity(config), overrides=list(overrides), **system.summary())
     atomic_write(path / "evaluation.json", lambda p: p.write_text(json.dumps(found, indent=2)))
     return found
 

@@ -277,6 +277,8 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     entry has a stacked class; the others refuse)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from internalize.train import clock
+
     file = locate(file)
     spec = read_spec(file)
     tasks = expand(spec)
@@ -316,9 +318,8 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
             outcomes[outcome["id"]] = outcome
             bar.update(task, advance=1, failed=sum(o["status"] == "failed" for o in outcomes.values()))
             if plain:
-                minutes, seconds = divmod(int(outcome["seconds"]), 60)
                 bar.console.print(f"run {len(outcomes)}/{len(todo)} {outcome['status']}: {outcome['id']} "
-                                  f"({minutes}m{seconds:02d}s)", highlight=False, soft_wrap=True)
+                                  f"({clock(outcome['seconds'])})", highlight=False, soft_wrap=True)
 
         if jobs:
             if executor == "ray":

@@ -142,11 +142,15 @@ def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], 
     generator.set_state(tensors["rng.train"])
 
 
+def clock(seconds: float) -> str:
+    """A duration as minutes and seconds: `2m05s`."""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
 def progress_line(index: int, stages: int, state: TrainState, cap: int, seconds: float) -> str:
     """One evaluation's progress as plain text: `stage 1/2  step 300/1000  val 0.4120  2m05s`."""
-    minutes, secs = divmod(int(seconds), 60)
-    return (f"stage {index + 1}/{stages}  step {state.stage_step}/{cap}  val {state.val:.4f}  "
-            f"{minutes}m{secs:02d}s")
+    return f"stage {index + 1}/{stages}  step {state.stage_step}/{cap}  val {state.val:.4f}  {clock(seconds)}"
 
 
 def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder: Recorder,

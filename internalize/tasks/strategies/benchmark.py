@@ -1,6 +1,8 @@
 """The six tasks by name, and the validator that scores any (input, trace) pair."""
 from __future__ import annotations
 
+import os
+
 from internalize.tasks.strategies import (
     addition,
     base_conversion,
@@ -66,10 +68,7 @@ def departure(task: str, input: str, trace: str) -> tuple[str, str] | None:
         return None
 
     def shared(reference: str) -> int:
-        n = 0
-        while n < min(len(reference), len(trace)) and reference[n] == trace[n]:
-            n += 1
-        return n
+        return len(os.path.commonprefix([reference, trace]))
 
     strategy = max(traces, key=lambda s: shared(traces[s]))  # the first of the longest on a tie
     reference, at = traces[strategy], shared(traces[strategy])
