@@ -147,17 +147,22 @@ def data(
     out: Path = typer.Option(..., "--out", help="directory for train/validation/test.parquet"),
     seed: int = typer.Option(0, "--seed", help="draws every input and strategy"),
     per_task: Optional[int] = typer.Option(None, "--per-task", help="examples per task over the three splits"),
+    format: list[str] = typer.Option([], "--format", help="TASK=FORMAT: a task's trace format, e.g. "
+                                     "linear_equation=columns (repeatable; train with the same task.formats)"),
 ) -> None:
     """Write a benchmark's splits as Parquet and print its per-task statistics."""
     if name not in DATASETS:
         fail(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}")
+    formats = dict(f.split("=", 1) for f in format if "=" in f)
+    if len(formats) != len(format):
+        fail(f"--format takes TASK=FORMAT, e.g. linear_equation=columns (got {[f for f in format if '=' not in f][0]!r})")
     from internalize.tasks.strategies import DEFAULT_PER_TASK, format_stats, write_dataset
 
     existing = [f.name for f in (out / f"{s}.parquet" for s in ("train", "validation", "test")) if f.exists()]
     if existing:
         fail(f"{out} already holds {', '.join(existing)}; choose another --out")
     try:
-        stats = write_dataset(out, seed, DEFAULT_PER_TASK if per_task is None else per_task)
+        stats = write_dataset(out, seed, DEFAULT_PER_TASK if per_task is None else per_task, formats)
     except ValueError as err:
         fail(str(err))
     except OSError as err:

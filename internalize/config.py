@@ -87,10 +87,13 @@ class StrategiesTask(Strict):
     # how often each task is drawn for training, relative to the others (a task not named: 1);
     # validation and test are untouched. Empty: every task alike.
     weights: dict[str, float] = {}
+    # a task's trace format by name, where it has more than one (a task not named: "default"); e.g.
+    # {linear_equation: columns} writes subtract-first's c - b column by column (docs/strategies.md)
+    formats: dict[str, str] = {}
 
     @model_validator(mode="after")
     def _known(self):
-        from internalize.tasks.strategies import TASKS
+        from internalize.tasks.strategies import TASKS, task_of
 
         unknown = [t for t in [*self.tasks, *self.weights] if t not in TASKS]
         if unknown:
@@ -100,7 +103,12 @@ class StrategiesTask(Strict):
                              "which task.tasks leaves out")
         if any(not w > 0 for w in self.weights.values()):
             raise ValueError("task.weights must be positive")
+        for name, format in self.formats.items():
+            task_of(name, format)
         return self
+
+    def format_of(self, task: str) -> str:
+        return self.formats.get(task, "default")
 
 
 class GPTModel(Strict):

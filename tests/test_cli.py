@@ -1,4 +1,5 @@
 import json
+import pandas as pd
 import pytest
 import torch
 
@@ -108,6 +109,9 @@ def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     (["logicot", "--set", "system=logicat"], "unknown system 'logicat'"),
     (["strategies_base", "--smoke", "--set", "task.data=no/such/dir"], "task.data: no data directory no/such/dir"),
     (["strategies_base", "--smoke", "--set", "task.tasks=[list_sum, juggling]"], "unknown task 'juggling'"),
+    (["strategies_base", "--smoke", "--set", "task.formats={linear_equation: rows}"],
+     "linear_equation has no trace format 'rows'"),
+    (["strategies_base", "--smoke", "--set", "task.formats={juggling: columns}"], "unknown task 'juggling'"),
     (["strategies_factorize", "--smoke", "--set", "objective.name=magic"], "objective.name: Input should be 'elbo'"),
     (["strategies_factorize", "--smoke", "--set", "objective.alpha=2"], "alpha and beta_warmup must lie in [0, 1]"),
     (["strategies_factorize", "--smoke", "--set", "data.response_source=web"], "data.response_source"),
@@ -180,6 +184,22 @@ def test_a_corrupt_or_incomplete_data_directory_is_one_clear_line(cli, tmp_path)
     result = cli("run", "strategies_base", "--smoke", "--quiet", "--set", f"task.data={tmp_path / 'good'}",
                  "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
+
+
+def test_data_written_in_one_trace_format_is_refused_in_another(cli, tmp_path):
+    data = tmp_path / "columns"
+    written = cli("data", "strategies", "--out", data, "--per-task", 20, "--format", "linear_equation=columns")
+    assert written.exit_code == 0, written.output
+    traces = pd.read_parquet(data / "train.parquet").query("task == 'linear_equation' and strategy == 'subtract_first'")
+    assert traces["trace"].str.contains("b0|b1|c0|c1").all()  # the columns format was written
+    result = cli("run", "strategies_base", "--smoke", "--set", f"task.data={data}", "--out", tmp_path / "run")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "not valid in trace format 'default'" in lines[0], result.output
+    result = cli("run", "strategies_base", "--smoke", "--quiet", "--set", f"task.data={data}",
+                 "--set", "task.formats={linear_equation: columns}", "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    bad = cli("data", "strategies", "--out", tmp_path / "bad", "--per-task", 20, "--format", "linear_equation")
+    assert bad.exit_code == 2 and "TASK=FORMAT" in bad.output
 
 
 @pytest.mark.parametrize("name", ["logicot", "automata_regimes"])  # one stage, then several with removed tokens

@@ -10,6 +10,7 @@ import pytest
 from internalize.tasks.strategies import (
     CHARS,
     COLUMNS,
+    FORMATS,
     SPECIALS,
     TASKS,
     Tokenizer,
@@ -19,6 +20,7 @@ from internalize.tasks.strategies import (
     departure,
     format_stats,
     frame,
+    task_of,
     unframe,
     validate,
     write_dataset,
@@ -28,9 +30,13 @@ SEEDS = range(200)
 SEPARATORS = re.compile(r"([,|;:])")
 
 
-def generated(task_name, seeds=SEEDS):
+# every (task, trace format) pair: each format is held to the same properties
+VARIANTS = [pytest.param(n, f, id=n if f == "default" else f"{n}-{f}") for n in FORMATS for f in FORMATS[n]]
+
+
+def generated(task_name, seeds=SEEDS, format="default"):
     """(seed, problem, input, {strategy: trace}) for one seeded problem per seed."""
-    task = TASKS[task_name]
+    task = task_of(task_name, format)
     for seed in seeds:
         problem = task.sample(np.random.default_rng(seed))
         yield seed, problem, task.format_input(problem), task.traces(problem)
@@ -48,25 +54,46 @@ DOCUMENTED = {
                                      "divide_first": "x-6/3=-21/3,x-2=-7,x=-5"}),
     "base_conversion": ("200>16", {"direct": "12r8,0rc=c8", "via_binary": "11001000:1100|1000=c8"}),
     "addition": ("457+68", {"right_to_left": "5c1,2c1,5c0=525", "place_value": "400,110,15;510,525=525"}),
+    ("linear_equation", "columns"): ("6x-12=-54", {"subtract_first": "6x=-54+12,-6x=54-12,2b0,4b0,-6x=42,x=-7",
+                                                  "divide_first": "x-12/6=-54/6,x-2=-9,x=-7"}),
 }
 
 
-@pytest.mark.parametrize("task_name", list(TASKS))
-def test_documented_examples(task_name):
-    input, expected = DOCUMENTED[task_name]
-    task = TASKS[task_name]
+@pytest.mark.parametrize("task_name,format", VARIANTS)
+def test_documented_examples(task_name, format):
+    input, expected = DOCUMENTED[task_name if format == "default" else (task_name, format)]
+    task = task_of(task_name, format)
     assert task.traces(task.parse_input(input)) == expected
     for strategy, trace in expected.items():
-        assert validate(task_name, input, trace) == Verdict(True, True, frozenset({strategy}))
+        assert validate(task_name, input, trace, format) == Verdict(True, True, frozenset({strategy}))
 
 
-@pytest.mark.parametrize("task_name", list(TASKS))
-def test_every_generated_trace_is_valid_and_labelled(task_name):
-    task = TASKS[task_name]
-    for seed, problem, input, traces in generated(task_name):
+def test_linear_equation_columns_write_each_case_of_c_minus_b():
+    """The columns format on a difference with a borrow, a sum across a carry into a new digit, a
+    negative right side, c = b (x = 0) and c = 0; every trace valid, none valid in the default format."""
+    cases = {"3x+6=21": "3x=21-6,3x=21-6,5b1,1b0,3x=15,x=5",
+             "9x-171=171": "9x=171+171,9x=171+171,2c0,4c1,3c0,9x=342,x=38",
+             "2x+28=-2": "2x=-2-28,-2x=2+28,0c1,3c0,-2x=30,x=-15",
+             "5x+95=-5": "5x=-5-95,-5x=5+95,0c1,0c1,-5x=100,x=-20",
+             "3x+6=6": "3x=6-6,3x=6-6,0b0,3x=0,x=0",
+             "3x+6=0": "3x=0-6,-3x=6-0,6b0,-3x=6,x=-2"}
+    task = task_of("linear_equation", "columns")
+    for input, expected in cases.items():
+        assert task.trace(task.parse_input(input), "subtract_first") == expected
+        assert validate("linear_equation", input, expected, "columns").strategies == {"subtract_first"}
+        assert not validate("linear_equation", input, expected).valid
+    assert validate("linear_equation", "3x+6=21", "x", "no_such").reason.startswith("unknown trace format")
+    with pytest.raises(ValueError, match="no trace format 'rows'"):
+        task_of("linear_equation", "rows")
+
+
+@pytest.mark.parametrize("task_name,format", VARIANTS)
+def test_every_generated_trace_is_valid_and_labelled(task_name, format):
+    task = task_of(task_name, format)
+    for seed, problem, input, traces in generated(task_name, format=format):
         assert task.parse_input(input) == problem, seed
         for strategy, trace in traces.items():
-            verdict = validate(task_name, input, trace)
+            verdict = validate(task_name, input, trace, format)
             assert verdict.parses and verdict.correct and verdict.valid, (seed, strategy, trace, verdict)
             assert verdict.strategies == {s for s, t in traces.items() if t == trace}, (seed, strategy)
             assert strategy in verdict.strategies
@@ -121,14 +148,14 @@ def wrong_answer(task_name, answer):
     return str(int(answer) + 1)
 
 
-@pytest.mark.parametrize("task_name", list(TASKS))
-def test_corrupted_traces_lose_their_label(task_name):
+@pytest.mark.parametrize("task_name,format", VARIANTS)
+def test_corrupted_traces_lose_their_label(task_name, format):
     """A changed digit, a dropped step, two swapped steps: the strategy's label goes; the trace
     stays correct exactly when it still parses and its final answer was not touched. A truncated
     trace or a wrong final answer is never correct."""
     rng = np.random.default_rng(1)
     counts = {"change_digit": 0, "drop_step": 0, "swap_steps": 0, "truncate": 0}
-    for seed, problem, input, traces in generated(task_name):
+    for seed, problem, input, traces in generated(task_name, format=format):
         for strategy, trace in traces.items():
             for corrupt in (change_digit, drop_step, swap_steps, truncate):
                 result = corrupt(trace, rng)
@@ -136,7 +163,7 @@ def test_corrupted_traces_lose_their_label(task_name):
                     continue
                 bad, answer_touched = result
                 assert bad != trace
-                verdict = validate(task_name, input, bad)
+                verdict = validate(task_name, input, bad, format)
                 counts[corrupt.__name__] += 1
                 assert strategy not in verdict.strategies, (corrupt.__name__, trace, bad)
                 if answer_touched:
@@ -144,7 +171,7 @@ def test_corrupted_traces_lose_their_label(task_name):
                 else:
                     assert verdict.correct == verdict.parses, (corrupt.__name__, trace, bad, verdict)
             head, answer = trace.rsplit("=", 1)
-            verdict = validate(task_name, input, f"{head}={wrong_answer(task_name, answer)}")
+            verdict = validate(task_name, input, f"{head}={wrong_answer(task_name, answer)}", format)
             assert verdict.parses and not verdict.correct and not verdict.strategies, (trace, verdict)
             assert verdict.reason == "wrong final answer"
     # every corruption ran on most traces, so none of the assertions above is vacuous
@@ -159,18 +186,18 @@ def segment_at(trace, i):
     return str(1 + int(np.searchsorted(ends, i, side="right")) // 2)
 
 
-@pytest.mark.parametrize("task_name", list(TASKS))
-def test_departure_names_the_strategy_followed_and_the_segment_that_differs(task_name):
+@pytest.mark.parametrize("task_name,format", VARIANTS)
+def test_departure_names_the_strategy_followed_and_the_segment_that_differs(task_name, format):
     rng = np.random.default_rng(2)
     own = 0
-    for seed, problem, input, traces in generated(task_name):
+    for seed, problem, input, traces in generated(task_name, format=format):
         for strategy, trace in traces.items():
             if trace is None:
                 continue
-            assert departure(task_name, input, trace) is None
+            assert departure(task_name, input, trace, format) is None
             bad, _ = change_digit(trace, rng)
             i = next(k for k, (a, b) in enumerate(zip(trace, bad)) if a != b)
-            followed, segment = departure(task_name, input, bad)
+            followed, segment = departure(task_name, input, bad, format)
             longest = max(len(os.path.commonprefix([t, bad])) for t in traces.values() if t is not None)
             if longest == 0:
                 assert (followed, segment) == ("none", "1")
@@ -220,6 +247,11 @@ def _assert_verdict(verdict):
 def test_validator_never_raises_on_arbitrary_text():
     rng = np.random.default_rng(0)
     valid = {name: next(generated(name, [0])) for name in TASKS}
+    columns = next(generated("linear_equation", [0], "columns"))[3]["subtract_first"]
+    for text in [*_fuzz_strings(rng, 300), columns[:9] + "9b2", columns.replace("b", "c")]:
+        _assert_verdict(validate("linear_equation", text, text, "columns"))
+        _assert_verdict(validate("linear_equation", "3x+6=21", text, "columns"))
+        _assert_verdict(validate("linear_equation", "3x+6=21", "3x=21-6", text))
     names = list(TASKS) + ["", "no_such_task", "LIST_SUM"]
     oddities = ["", " ", "=", "==", "9" * 5000, "1," * 100_000 + "=1", "x" * 1_000_000, "٣,٣=٣", "３+５+１",
                 "\x00", "😀" * 1000, "<bos>", "0" * 1999,

@@ -41,7 +41,7 @@ from internalize.models.latent import Factorization, draw, gaussian_kl
 from internalize.objectives import kl_weight, response_term
 from internalize.runner import start_from
 from internalize.system import Stage
-from internalize.tasks.strategies import TASKS, frame, validate
+from internalize.tasks.strategies import TASKS, frame
 from internalize.train import Discard
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
@@ -106,9 +106,9 @@ class FactorizeSystem(StrategiesBaseSystem):
         cfg = load(str(folder / "config.yaml"))
         if cfg.system != "strategies_base":
             raise ValueError(f"model.base: {folder} is a {cfg.system} run, not strategies_base")
-        # the keys that define the benchmark's splits; how the base drew its training examples
+        # the keys that define the benchmark's splits and their traces; how the base drew its training examples
         # (task.fresh, task.weights) does not touch the validation and test inputs
-        splits = ("data", "data_seed", "per_task", "tasks")
+        splits = ("data", "data_seed", "per_task", "tasks", "formats")
         theirs, mine = (cfg.task.model_dump(include=set(splits)), self.config.task.model_dump(include=set(splits)))
         if theirs != mine:
             raise ValueError(f"model.base: {folder} was trained on other data (task {theirs}, this run's {mine}); "
@@ -247,7 +247,7 @@ class FactorizeSystem(StrategiesBaseSystem):
             traces = self.generate(frame, temperature, generator)
         finally:
             self.z = None
-        return [UNCLOSED if t is None else validate(task, x, t) for task, x, t in zip(frame["task"], frame["input"], traces)]
+        return [UNCLOSED if t is None else self.validate(task, x, t) for task, x, t in zip(frame["task"], frame["input"], traces)]
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """eval.pairs (source, target) positions in the test frame: distinct inputs of one task, the
@@ -275,7 +275,7 @@ class FactorizeSystem(StrategiesBaseSystem):
 
         def compatible(i: int) -> dict[str, frozenset]:
             if i not in sets:
-                traces = TASKS[tasks[i]].traces(problems[i])
+                traces = self.tasks[tasks[i]].traces(problems[i])
                 sets[i] = {s: frozenset(o for o, u in traces.items() if u == t) for s, t in traces.items()}
             return sets[i]
 

@@ -30,8 +30,8 @@ from internalize.config import Config
 from internalize.experiments.common import TEST_SEED, VAL_SEED, device_for
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.system import Stage, System
-from internalize.tasks.strategies import (COLUMNS, TASKS, Tokenizer, Verdict, build_splits, departure, frame, prompt,
-                                          validate)
+from internalize.tasks.strategies import (COLUMNS, TASKS, Task, Tokenizer, Verdict, build_splits, departure, frame, prompt,
+                                          task_of, validate)
 
 SPLITS = ("train", "validation", "test")
 UNCLOSED = Verdict(False, False, frozenset(), "the sample never wrote </y>")
@@ -42,7 +42,7 @@ def load_splits(task) -> dict[str, pd.DataFrame]:
     """The benchmark's splits: read from task.data (written by `internalize data strategies`), or drawn
     in memory from task.data_seed; restricted to task.tasks. Bad data is a ValueError (one line)."""
     if task.data is None:
-        frames = build_splits(task.data_seed, task.per_task)
+        frames = build_splits(task.data_seed, task.per_task, task.formats)
     else:
         folder = Path(task.data)
         if not folder.is_dir():
@@ -65,6 +65,12 @@ def load_splits(task) -> dict[str, pd.DataFrame]:
     for split, f in frames.items():
         if f.empty:
             raise ValueError(f"task.data: the {split} split has no examples")
+    if task.data is not None:  # written in the trace formats this run scores by?
+        for name, rows in frames["validation"].groupby("task"):
+            format = task.format_of(name)
+            if not all(validate(name, x, y, format).valid for x, y in zip(rows["input"][:20], rows["trace"][:20])):
+                raise ValueError(f"task.data: the {name} traces in {task.data} are not valid in trace format "
+                                 f"{format!r}; set task.formats as the data was written (internalize data --format)")
     return frames
 
 
@@ -92,9 +98,9 @@ def by_length(tokens: torch.Tensor, pad_id: int, chunks: int, per_row) -> torch.
     return values[order.argsort()]
 
 
-def strategy_entropy(task: str, problem: dict) -> float:
+def strategy_entropy(task: Task, problem: dict) -> float:
     """Entropy (nats) of the response given the input, strategies uniform: coinciding traces merge."""
-    traces = list(TASKS[task].traces(problem).values())
+    traces = list(task.traces(problem).values())
     counts = np.unique(traces, return_counts=True)[1] / len(traces)
     return float(-(counts * np.log(counts)).sum())
 
@@ -108,6 +114,8 @@ class StrategiesBaseSystem(System):
         self.tokenizer = tok = Tokenizer()
         self.frames = load_splits(config.task)
         self.names = [t for t in TASKS if t in set(self.frames["train"]["task"])]
+        self.formats = {n: config.task.format_of(n) for n in self.names}  # each task's trace format
+        self.tasks = {n: task_of(n, f) for n, f in self.formats.items()}
         self.stage_metrics = {"fidelity": None, "fidelity_greedy": None}
         self.data = {split: self.encode(f) for split, f in self.frames.items()}
         self.longest = longest = max(d[0].shape[1] for d in self.data.values())
@@ -120,8 +128,8 @@ class StrategiesBaseSystem(System):
         self.test = self.frames["test"].iloc[self.test_rows.tolist()]  # the evaluated test examples
         self.test_data = tuple(t[self.test_rows] for t in self.data["test"])  # their tokens, response mask
         # the data's own verdicts: which strategies write each test trace (shares, probe labels)
-        self.test_verdicts = [validate(t, x, y) for t, x, y in zip(self.test["task"], self.test["input"],
-                                                                    self.test["trace"])]
+        self.test_verdicts = [self.validate(t, x, y) for t, x, y in zip(self.test["task"], self.test["input"],
+                                                                         self.test["trace"])]
         self.last: dict = {}  # what the latest evaluation found; summary and probes are cached here
         # (task, input) of every held-out example: task.fresh never trains on them
         self.held_out = {(t, x) for split in ("validation", "test")
@@ -136,6 +144,10 @@ class StrategiesBaseSystem(System):
         counts = train_tasks.value_counts()
         self.row_weights = torch.tensor([weights.get(t, 1.0) / counts[t] for t in train_tasks],
                                         dtype=torch.double) if weights else None
+
+    def validate(self, task: str, input: str, trace: str) -> Verdict:
+        """validate() in this run's trace format of `task`."""
+        return validate(task, input, trace, self.formats.get(task, "default"))
 
     # -- data ----------------------------------------------------------------------------------
     def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,7 +179,7 @@ class StrategiesBaseSystem(System):
         while len(rows) < batch_size:
             pick = (int(rng.choice(len(self.names), p=shares)) if shares is not None
                     else int(rng.integers(len(self.names))))
-            task = TASKS[self.names[pick]]
+            task = self.tasks[self.names[pick]]
             problem = task.sample(rng)
             x = task.format_input(problem)
             strategy = task.strategies[int(rng.integers(len(task.strategies)))]
@@ -257,13 +269,13 @@ class StrategiesBaseSystem(System):
         failures = {name: [] for name in self.names}
         departures = {name: {} for name in self.names}
         for task, x, trace, reference in zip(frame["task"], frame["input"], traces, frame["trace"]):
-            verdict = UNCLOSED if trace is None else validate(task, x, trace)
+            verdict = UNCLOSED if trace is None else self.validate(task, x, trace)
             verdicts[task].append(verdict)
             if verdict.valid:
                 continue
             if len(failures[task]) < FAILURES_SHOWN:
                 failures[task].append(dict(input=x, trace=trace, reference=reference, reason=verdict.reason))
-            strategy, segment = ("none", "unclosed") if trace is None else departure(task, x, trace) or ("none", "?")
+            strategy, segment = ("none", "unclosed") if trace is None else departure(task, x, trace, self.formats[task]) or ("none", "?")
             counts = departures[task].setdefault(strategy, {})
             counts[segment] = counts.get(segment, 0) + 1
         shares = {name: float(np.mean([v.valid for v in vs])) for name, vs in verdicts.items() if vs}
@@ -287,7 +299,7 @@ class StrategiesBaseSystem(System):
         losses = torch.cat([self.response_losses(tokens[i:i + 256], response[i:i + 256])
                             for i in range(0, len(tokens), 256)]).cpu().numpy()
         self.model.train()
-        entropy = np.array([strategy_entropy(t, json.loads(p)) for t, p in zip(frame["task"], frame["problem"])])
+        entropy = np.array([strategy_entropy(self.tasks[t], json.loads(p)) for t, p in zip(frame["task"], frame["problem"])])
         tasks = frame["task"].to_numpy()
         return ({n: float(losses[tasks == n].mean()) for n in self.names},
                 {n: float(entropy[tasks == n].mean()) for n in self.names})

@@ -1,7 +1,7 @@
 """The multi-strategy benchmark (docs/strategies.md): six tasks, each solvable by
 two or three strategies that write different traces, a validator per task, one character-level
 tokenizer and the Parquet splits. Trace formats are documented in each task's module."""
-from internalize.tasks.strategies.benchmark import TASKS, departure, validate
+from internalize.tasks.strategies.benchmark import FORMATS, TASKS, departure, task_of, validate
 from internalize.tasks.strategies.common import Task, Verdict, final_answer
 from internalize.tasks.strategies.dataset import (
     COLUMNS,
@@ -21,7 +21,7 @@ from internalize.tasks.strategies.tokenizer import (
 )
 
 __all__ = [
-    "CHARS", "COLUMNS", "DEFAULT_PER_TASK", "SPECIALS", "TASKS", "Task", "Tokenizer", "Verdict",
-    "build_splits", "dataset_stats", "departure", "final_answer", "format_stats", "frame", "prompt", "unframe",
-    "validate", "write_dataset",
+    "CHARS", "COLUMNS", "DEFAULT_PER_TASK", "FORMATS", "SPECIALS", "TASKS", "Task", "Tokenizer", "Verdict",
+    "build_splits", "dataset_stats", "departure", "final_answer", "format_stats", "frame", "prompt", "task_of",
+    "unframe", "validate", "write_dataset",
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from internalize.tasks.strategies.benchmark import TASKS
+from internalize.tasks.strategies.benchmark import TASKS, task_of
 from internalize.tasks.strategies.common import Task, final_answer
 from internalize.tasks.strategies.tokenizer import Tokenizer, frame
 
@@ -38,7 +38,13 @@ def _distinct_problems(task: Task, n: int, rng: np.random.Generator) -> list[dic
     raise ValueError(f"{task.name}: found only {len(problems)} distinct inputs, fewer than per_task={n}")
 
 
-def build_splits(seed: int = 0, per_task: int = DEFAULT_PER_TASK) -> dict[str, pd.DataFrame]:
+def build_splits(seed: int = 0, per_task: int = DEFAULT_PER_TASK,
+                 formats: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """`formats`: a task's trace format by name (a task not named: "default"); the inputs and strategies
+    drawn do not depend on it, only the traces written."""
+    formats = formats or {}
+    for name, format in formats.items():
+        task_of(name, format)
     if per_task < MIN_PER_TASK:
         raise ValueError(f"per_task must be at least {MIN_PER_TASK} (got {per_task})")
     n_validation = n_test = max(1, round(per_task * SPLITS[1][1]))
@@ -46,7 +52,8 @@ def build_splits(seed: int = 0, per_task: int = DEFAULT_PER_TASK) -> dict[str, p
               "validation": (per_task - n_validation - n_test, per_task - n_test),
               "test": (per_task - n_test, per_task)}
     rows = {split: [] for split in bounds}
-    for index, task in enumerate(TASKS.values()):
+    for index, name in enumerate(TASKS):
+        task = task_of(name, formats.get(name, "default"))
         rng = np.random.default_rng([seed, index])
         problems = _distinct_problems(task, per_task, rng)
         choices = rng.integers(len(task.strategies), size=per_task)
@@ -62,14 +69,14 @@ def build_splits(seed: int = 0, per_task: int = DEFAULT_PER_TASK) -> dict[str, p
     return {split: pd.DataFrame(r, columns=COLUMNS) for split, r in rows.items()}
 
 
-def dataset_stats(frames: dict[str, pd.DataFrame]) -> dict:
+def dataset_stats(frames: dict[str, pd.DataFrame], formats: dict[str, str] | None = None) -> dict:
     """Per task: trace lengths in characters, longest framed text in tokens, strategy shares, and
     the share of inputs on which two or more strategies write the identical trace."""
     every = pd.concat(frames.values(), ignore_index=True)
     tokenizer = Tokenizer()
     tasks = {}
     for name, group in every.groupby("task", sort=False):
-        task = TASKS[name]
+        task = task_of(name, (formats or {}).get(name, "default"))
         lengths = group["trace"].str.len()
         coinciding = 0
         for problem in group["problem"]:
@@ -86,14 +93,15 @@ def dataset_stats(frames: dict[str, pd.DataFrame]) -> dict:
     return {"splits": {split: len(frame) for split, frame in frames.items()}, "tasks": tasks}
 
 
-def write_dataset(out: Path, seed: int = 0, per_task: int = DEFAULT_PER_TASK) -> dict:
+def write_dataset(out: Path, seed: int = 0, per_task: int = DEFAULT_PER_TASK,
+                  formats: dict[str, str] | None = None) -> dict:
     """Write train / validation / test .parquet under `out`; return dataset_stats of them."""
-    frames = build_splits(seed, per_task)
+    frames = build_splits(seed, per_task, formats)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for split, data in frames.items():
         data.to_parquet(out / f"{split}.parquet", index=False)
-    return dataset_stats(frames)
+    return dataset_stats(frames, formats)
 
 
 def format_stats(stats: dict) -> str:

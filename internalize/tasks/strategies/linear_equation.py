@@ -8,6 +8,16 @@ Trace: three comma-separated equations; the last is `x=` and the answer.
                                                         `x+6/3=21/3,x+2=7,x=5` (`x-6/3=-21/3,x-2=-7,x=-5`)
 The first equation starts with a digit in one and with 'x' in the other, so the two strategies
 never write the same trace.
+
+Format `columns` (task.formats {linear_equation: columns}) writes subtract_first's c - b the way
+addition's right_to_left writes a sum, one column at a time; divide_first is unchanged. After
+moving b across, the equation is rewritten so that a sum or a difference of two naturals is left,
+the larger first, with both sides multiplied by -1 where c - b < 0; then each column from the ones
+writes its digit and its carry (`{digit}c{carry}`, for a sum) or borrow (`{digit}b{borrow}`, for a
+difference); then the result and x:
+    `3x+6=21`:  `3x=21-6,3x=21-6,5b1,1b0,3x=15,x=5`
+    `6x-12=-54`: `6x=-54+12,-6x=54-12,2b0,4b0,-6x=42,x=-7`
+    `2x+28=-2`: `2x=-2-28,-2x=2+28,0c1,3c0,-2x=30,x=-15`
 """
 from __future__ import annotations
 
@@ -15,7 +25,7 @@ import re
 
 import numpy as np
 
-from internalize.tasks.strategies.common import NUMBER, Task, unknown_strategy
+from internalize.tasks.strategies.common import NATURAL, NUMBER, Task, unknown_strategy
 
 NAME = "linear_equation"
 STRATEGIES = ("subtract_first", "divide_first")
@@ -27,6 +37,13 @@ _STEP = (
     rf"|x[+-]{_POSITIVE}={NUMBER}"  # x + b/a = c/a simplified
 )
 GRAMMAR = re.compile(rf"(?:(?:{_STEP}),)*x={NUMBER}")
+_COLUMN_STEP = (
+    rf"-?{_POSITIVE}x={NUMBER}(?:[+-]{NATURAL})?"  # a*x = c - b, the natural sum or difference, the result
+    rf"|[0-9][cb][01]"  # a column: its digit and its carry (sum) or borrow (difference)
+    rf"|x[+-]{_POSITIVE}/{_POSITIVE}={NUMBER}/{_POSITIVE}"
+    rf"|x[+-]{_POSITIVE}={NUMBER}"
+)
+GRAMMAR_COLUMNS = re.compile(rf"(?:(?:{_COLUMN_STEP}),)*x={NUMBER}")
 
 
 def sample(rng: np.random.Generator) -> dict:
@@ -69,8 +86,38 @@ def trace(problem: dict, strategy: str) -> str:
     raise unknown_strategy(NAME, strategy)
 
 
+def columns(left: int, right: int, subtract: bool) -> str:
+    """left + right or left - right (naturals, left >= right for a difference) column by column from
+    the ones: `{digit}c{carry}` or `{digit}b{borrow}` per column of the longer number."""
+    steps, carry = [], 0
+    for place in range(len(str(max(left, right)))):
+        l, r = left // 10**place % 10, right // 10**place % 10
+        value = l - r - carry if subtract else l + r + carry
+        carry = int(value < 0 if subtract else value > 9)
+        steps.append(f"{value % 10}{'b' if subtract else 'c'}{carry}")
+    return ",".join(steps)
+
+
+def trace_columns(problem: dict, strategy: str) -> str:
+    if strategy != "subtract_first":
+        return trace(problem, strategy)
+    a, b, c, x = problem["a"], problem["b"], problem["c"], solution(problem)
+    flip = c - b < 0  # both sides times -1, so that the right side is a natural
+    lead = f"{'-' if flip else ''}{a}x="
+    if (c >= 0) == (-b >= 0):  # same signs: a sum of the magnitudes
+        left, right, subtract = abs(c), abs(b), False
+    else:  # a difference, the larger magnitude first
+        left, right, subtract = max(abs(c), abs(b)), min(abs(c), abs(b)), True
+    op = "-" if subtract else "+"
+    return (f"{a}x={c}{_signed(-b)},{lead}{left}{op}{right},{columns(left, right, subtract)},"
+            f"{lead}{abs(c - b)},x={x}")
+
+
 def is_correct(problem: dict, answer: str) -> bool:
     return answer == str(solution(problem))
 
 
 TASK = Task(NAME, STRATEGIES, sample, format_input, parse_input, trace, GRAMMAR, is_correct)
+FORMATS = {"default": TASK,
+           "columns": Task(NAME, STRATEGIES, sample, format_input, parse_input, trace_columns, GRAMMAR_COLUMNS,
+                           is_correct)}
