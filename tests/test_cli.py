@@ -52,6 +52,12 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
             placed = sum(n for counts in row["departures"].values() for n in counts.values())
             assert placed == round((1 - row["fidelity"]) * examples)
             assert set(row["departures"]) <= {*TASKS[name].strategies, "none"}
+            # task.fresh draws strategies uniformly: the training shares, and the TV against them
+            k = len(TASKS[name].strategies)
+            assert row["train_strategy_shares"] == dict.fromkeys(TASKS[name].strategies, 1 / k)
+            if row["strategy_shares"] is not None:
+                off = 0.5 * sum(abs(v - 1 / k) for v in row["strategy_shares"].values())
+                assert row["share_tv_train"] == pytest.approx(off)
         assert sum(v["examples"] for row in summary["per_task"].values()
                    for v in row["by_input_length"].values()) == summary["test_examples"]
         assert {"fidelity.png", "strategy_shares.png", "probes.png"} <= figures

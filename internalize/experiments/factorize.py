@@ -76,7 +76,7 @@ class FactorizeSystem(StrategiesBaseSystem):
         total = config.train.steps_per_stage
         self.snapshot_steps = sorted({round(i * total / max(1, config.eval.snapshots))
                                       for i in range(config.eval.snapshots)}) if config.eval.snapshots else []
-        self.shares = {n: self.data_shares(n) for n in self.names}
+        self.shares = {n: self.split_shares(n) for n in self.names}
 
     # -- the base --------------------------------------------------------------------------------
     def _base(self) -> torch.nn.Module:
@@ -220,9 +220,6 @@ class FactorizeSystem(StrategiesBaseSystem):
         self.trajectory = state.get("trajectory", [])
 
     # -- evaluation ------------------------------------------------------------------------------
-    def data_shares(self, task: str) -> dict[str, float]:
-        counts = self.frames["train"].loc[self.frames["train"]["task"] == task, "strategy"].value_counts(normalize=True)
-        return {s: float(counts.get(s, 0.0)) for s in TASKS[task].strategies}
 
     @torch.no_grad()
     def route(self, frame: pd.DataFrame, generator: torch.Generator) -> torch.Tensor:

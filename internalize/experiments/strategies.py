@@ -345,14 +345,17 @@ class StrategiesBaseSystem(System):
         data_verdicts = {n: [v for v, t in zip(self.test_verdicts, self.test["task"]) if t == n] for n in self.names}
         model_shares = {n: credit(verdicts[n], TASKS[n].strategies) for n in self.names}
         data_shares = {n: credit(data_verdicts[n], TASKS[n].strategies) for n in self.names}
-        tv = {n: 0.5 * sum(abs(model_shares[n][s] - data_shares[n][s]) for s in TASKS[n].strategies)
-              if model_shares[n] else None for n in self.names}
+        train_shares = {n: self.training_shares(n) for n in self.names}
+        tv, tv_train = ({n: total_variation(model_shares[n], reference[n]) for n in self.names}
+                        for reference in (data_shares, train_shares))
         loss, entropy = self.response_loss_and_entropy()
         self.last["summary"] = dict(fidelity=mean(sampled), fidelity_greedy=mean(greedy), share_tv=mean(tv),
+                    share_tv_train=mean(tv_train),
                     response_loss=mean(loss), strategy_entropy=mean(entropy),
                     per_task={n: dict(fidelity=sampled[n], fidelity_greedy=greedy[n], share_tv=tv[n],
                                       response_loss=loss[n], strategy_entropy=entropy[n],
-                                      strategy_shares=model_shares[n], data_strategy_shares=data_shares[n],
+                                      share_tv_train=tv_train[n], strategy_shares=model_shares[n],
+                                      data_strategy_shares=data_shares[n], train_strategy_shares=train_shares[n],
                                       by_input_length=self.by_length(n),
                                       greedy_failures=self.last["failures"][n],
                                       departures=self.last["departures"][n])
@@ -360,6 +363,21 @@ class StrategiesBaseSystem(System):
                     tasks=self.names, parameters=sum(p.numel() for p in self.model.parameters()),
                     test_examples=len(self.test_rows), probes=self.strategy_probes())
         return self.last["summary"]
+
+    def split_shares(self, task: str, split: str = "train") -> dict[str, float]:
+        """The strategy labels' shares among a split's examples of `task`."""
+        frame = self.frames[split]
+        counts = frame.loc[frame["task"] == task, "strategy"].value_counts(normalize=True)
+        return {s: float(counts.get(s, 0.0)) for s in TASKS[task].strategies}
+
+    def training_shares(self, task: str) -> dict[str, float]:
+        """The strategy shares that training draws from: uniform under task.fresh, else the train split's.
+        Free of the test set's sampling noise (about 100 test inputs a task at eval.test_size 600), so
+        share_tv_train is the comparison to read where share_tv is noise (docs/strategies.md)."""
+        strategies = TASKS[task].strategies
+        if self.config.task.fresh:
+            return dict.fromkeys(strategies, 1 / len(strategies))
+        return self.split_shares(task)
 
     def by_length(self, task: str) -> dict[str, dict]:
         """Fidelity of one task's test samples by the input's length in characters: {length: {examples,
@@ -392,9 +410,16 @@ class StrategiesBaseSystem(System):
         return (f"fidelity {summary['fidelity']:.3f} sampled, {summary['fidelity_greedy']:.3f} greedy "
                 f"(lowest: {worst[0]} {worst[1]['fidelity']:.3f}); strategy shares off the data's by "
                 + ("n/a" if summary["share_tv"] is None else f"{summary['share_tv']:.3f}")
+                + ("" if summary.get("share_tv_train") is None else
+                   f" on the test inputs, off the training draws' by {summary['share_tv_train']:.3f}")
                 + f" (total variation); response loss {summary['response_loss']:.3f} "
                 f"nats against the strategy entropy {summary['strategy_entropy']:.3f}"
                 + probe_line(summary.get("probes")))
+
+
+def total_variation(shares: dict[str, float] | None, reference: dict[str, float]) -> float | None:
+    """Half the L1 distance between two strategy-share dicts over the same strategies (None: no shares)."""
+    return None if shares is None else 0.5 * sum(abs(shares[s] - reference[s]) for s in reference)
 
 
 def mean(values: dict) -> float | None:
