@@ -4,7 +4,7 @@ Each example is framed as <bos><x>input</x><z><z_empty></z><y>trace</y><eos>; th
 wrote the trace is never shown. The loss is cross-entropy on the response (the trace, </y> and
 <eos>), teacher forced. One stage (`full_cot`) of train.steps_per_stage steps.
 
-Evaluation, on the test split: prompts up to <y>, left-padded into one batch, generated with the
+Evaluation, on the test split: prompts up to <y>, left-padded into batches of 256, generated with the
 key/value cache until <eos>. A sample is *faithful* when the task's validator says it parses, its
 answer is right and it is some strategy's trace (sampled at temperature 1, greedy beside it). The
 strategy shares of the samples are set against the data's (each trace's credit split evenly over
