@@ -147,9 +147,12 @@ def test_a_base_run_is_loaded_and_bad_bases_are_one_line(cli, tmp_path):
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
     tokens = system.val[0][:4]
     assert torch.allclose(system.net.reference_logits(tokens), model(tokens)[0], atol=1e-5)
-    for setting, message in ((f"model.base={tmp_path}", "is not a run directory"),
-                             (f"model.base={base}", "trained on other data")):
-        extra = ["--set", "task.per_task=50"] if "other data" in message else []
+    for setting, message, extra in ((f"model.base={tmp_path}", "is not a run directory", []),
+                                    (f"model.base={base}", "trained on other data", ["task.per_task=50"]),
+                                    # the same inputs, but traces the base never wrote
+                                    (f"model.base={base}", "trained on other data",
+                                     ["task.formats={linear_equation: columns}"])):
+        extra = [arg for e in extra for arg in ("--set", e)]
         result = cli("run", "strategies_factorize", "--smoke", "--set", setting, *extra, "--out", tmp_path / "x")
         assert result.exit_code == 2 and message in result.output, result.output
     # how a base drew its training examples does not touch the splits: a base trained with other
