@@ -11,10 +11,10 @@ never write the same trace.
 
 Format `columns` (task.formats {linear_equation: columns}) writes subtract_first's c - b the way
 addition's right_to_left writes a sum, one column at a time; divide_first is unchanged. After
-moving b across, the equation is rewritten so that a sum or a difference of two naturals is left,
-the larger first, with both sides multiplied by -1 where c - b < 0; then each column from the ones
-writes its digit and its carry (`{digit}c{carry}`, for a sum) or borrow (`{digit}b{borrow}`, for a
-difference); then the result and x:
+moving b across, the equation is rewritten so that a sum of two naturals (|c| first) or a
+difference (the larger first) is left, with both sides multiplied by -1 where c - b < 0; then each
+column from the ones writes its digit and its carry (`{digit}c{carry}`, for a sum) or borrow
+(`{digit}b{borrow}`, for a difference); then the result and x:
     `3x+6=21`:  `3x=21-6,3x=21-6,5b1,1b0,3x=15,x=5`
     `6x-12=-54`: `6x=-54+12,-6x=54-12,2b0,4b0,-6x=42,x=-7`
     `2x+28=-2`: `2x=-2-28,-2x=2+28,0c1,3c0,-2x=30,x=-15`
