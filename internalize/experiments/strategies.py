@@ -114,8 +114,7 @@ class StrategiesBaseSystem(System):
         self.tokenizer = tok = Tokenizer()
         self.frames = load_splits(config.task)
         self.names = [t for t in TASKS if t in set(self.frames["train"]["task"])]
-        self.formats = {n: config.task.format_of(n) for n in self.names}  # each task's trace format
-        self.tasks = {n: task_of(n, f) for n, f in self.formats.items()}
+        self.tasks = {n: task_of(n, config.task.format_of(n)) for n in self.names}  # in this run's trace formats
         self.stage_metrics = {"fidelity": None, "fidelity_greedy": None}
         self.data = {split: self.encode(f) for split, f in self.frames.items()}
         self.longest = longest = max(d[0].shape[1] for d in self.data.values())
@@ -147,7 +146,7 @@ class StrategiesBaseSystem(System):
 
     def validate(self, task: str, input: str, trace: str) -> Verdict:
         """validate() in this run's trace format of `task`."""
-        return validate(task, input, trace, self.formats.get(task, "default"))
+        return validate(task, input, trace, self.config.task.format_of(task))
 
     # -- data ----------------------------------------------------------------------------------
     def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,7 +274,7 @@ class StrategiesBaseSystem(System):
                 continue
             if len(failures[task]) < FAILURES_SHOWN:
                 failures[task].append(dict(input=x, trace=trace, reference=reference, reason=verdict.reason))
-            strategy, segment = ("none", "unclosed") if trace is None else departure(task, x, trace, self.formats[task]) or ("none", "?")
+            strategy, segment = ("none", "unclosed") if trace is None else departure(task, x, trace, self.config.task.format_of(task)) or ("none", "?")
             counts = departures[task].setdefault(strategy, {})
             counts[segment] = counts.get(segment, 0) + 1
         shares = {name: float(np.mean([v.valid for v in vs])) for name, vs in verdicts.items() if vs}

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from internalize.tasks.strategies.common import NATURAL, Task, unknown_strategy
+from internalize.tasks.strategies.common import NATURAL, Task, column_steps, unknown_strategy
 
 NAME = "addition"
 STRATEGIES = ("right_to_left", "place_value")
@@ -50,12 +50,7 @@ def trace(problem: dict, strategy: str) -> str:
     width = max(len(str(a)), len(str(b)))
     digit = lambda n, place: n // 10**place % 10
     if strategy == "right_to_left":
-        steps, carry = [], 0
-        for place in range(width):
-            total = digit(a, place) + digit(b, place) + carry
-            carry = total // 10
-            steps.append(f"{total % 10}c{carry}")
-        return ",".join(steps) + f"={a + b}"
+        return f"{column_steps(a, b)}={a + b}"
     if strategy == "place_value":
         partials = [(digit(a, p) + digit(b, p)) * 10**p for p in reversed(range(width))]
         running = list(itertools.accumulate(partials))[1:]

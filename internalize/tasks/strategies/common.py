@@ -58,5 +58,17 @@ def final_answer(trace: str) -> str:
     return trace.rsplit("=", 1)[-1]
 
 
+def column_steps(left: int, right: int, subtract: bool = False) -> str:
+    """left + right or left - right (naturals, left >= right for a difference) column by column from
+    the ones: `{digit}c{carry}` or `{digit}b{borrow}` per column of the longer number."""
+    steps, carry = [], 0
+    for place in range(len(str(max(left, right)))):
+        l, r = left // 10**place % 10, right // 10**place % 10
+        value = l - r - carry if subtract else l + r + carry
+        carry = int(value < 0 if subtract else value > 9)
+        steps.append(f"{value % 10}{'b' if subtract else 'c'}{carry}")
+    return ",".join(steps)
+
+
 def unknown_strategy(task: str, strategy: str) -> ValueError:
     return ValueError(f"{task} has no strategy {strategy!r}")

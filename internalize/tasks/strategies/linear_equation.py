@@ -25,7 +25,7 @@ import re
 
 import numpy as np
 
-from internalize.tasks.strategies.common import NATURAL, NUMBER, Task, unknown_strategy
+from internalize.tasks.strategies.common import NATURAL, NUMBER, Task, column_steps, unknown_strategy
 
 NAME = "linear_equation"
 STRATEGIES = ("subtract_first", "divide_first")
@@ -86,18 +86,6 @@ def trace(problem: dict, strategy: str) -> str:
     raise unknown_strategy(NAME, strategy)
 
 
-def columns(left: int, right: int, subtract: bool) -> str:
-    """left + right or left - right (naturals, left >= right for a difference) column by column from
-    the ones: `{digit}c{carry}` or `{digit}b{borrow}` per column of the longer number."""
-    steps, carry = [], 0
-    for place in range(len(str(max(left, right)))):
-        l, r = left // 10**place % 10, right // 10**place % 10
-        value = l - r - carry if subtract else l + r + carry
-        carry = int(value < 0 if subtract else value > 9)
-        steps.append(f"{value % 10}{'b' if subtract else 'c'}{carry}")
-    return ",".join(steps)
-
-
 def trace_columns(problem: dict, strategy: str) -> str:
     if strategy != "subtract_first":
         return trace(problem, strategy)
@@ -109,7 +97,7 @@ def trace_columns(problem: dict, strategy: str) -> str:
     else:  # a difference, the larger magnitude first
         left, right, subtract = max(abs(c), abs(b)), min(abs(c), abs(b)), True
     op = "-" if subtract else "+"
-    return (f"{a}x={c}{_signed(-b)},{lead}{left}{op}{right},{columns(left, right, subtract)},"
+    return (f"{a}x={c}{_signed(-b)},{lead}{left}{op}{right},{column_steps(left, right, subtract)},"
             f"{lead}{abs(c - b)},x={x}")
 
 
