@@ -149,6 +149,9 @@ class LatentModel(Strict):
     # a Hugging Face causal LM saved in this local directory is the base (it reads the benchmark's
     # token ids; needs the strategies extra); exclusive with model.base
     hf_path: Optional[str] = None
+    # where E(z) is added: the <z_empty> slot alone (the paper's), or that slot and every response
+    # position after it (decided here: slot)
+    z_injection: Literal["slot", "onward"] = "slot"
 
     @model_validator(mode="after")
     def _sizes(self):

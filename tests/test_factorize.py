@@ -39,6 +39,26 @@ def test_disabled_adapters_are_the_base_even_after_the_adapters_moved():
                and "embed_z" not in n)
 
 
+@pytest.mark.parametrize("onward", [False, True])
+def test_z_reaches_the_generator_from_its_slot_on_and_never_the_router(onward):
+    net = Factorization(small_base(), d_z=4, rank=2, alpha=4.0, onward=onward)
+    perturb_adapters(net)  # E(z) and the heads nonzero
+    idx = torch.randint(0, 43, (2, 14), generator=torch.Generator().manual_seed(0))
+    z_at, slots = torch.tensor([3, 6]), torch.tensor([4, 7])
+    gen = torch.Generator().manual_seed(1)
+    z1, z2 = torch.randn(2, 4, generator=gen), torch.randn(2, 4, generator=gen)
+    with torch.no_grad():
+        (l1, r1), (l2, r2) = net.generate_pass(idx, z1, slots, z_at), net.generate_pass(idx, z2, slots, z_at)
+        _, embed1 = net.generator.get_base_model().run_with_cache(idx, ["hook_embed"], inject=net.inject(slots, z1))
+        _, plain = net.generator.get_base_model().run_with_cache(idx, ["hook_embed"])
+    assert all(torch.equal(a, b) for a, b in zip(r1, r2))  # the router reads <z>, before the slot
+    added = (embed1["hook_embed"] - plain["hook_embed"]).abs().amax(-1)  # (B, T)
+    for b, s in enumerate(slots.tolist()):
+        assert torch.equal(l1[b, :s], l2[b, :s]) and not torch.allclose(l1[b, s:], l2[b, s:])
+        assert (added[b, :s] == 0).all() and added[b, s] > 0
+        assert ((added[b, s + 1:] > 0).all() if onward else (added[b, s + 1:] == 0).all())
+
+
 def test_the_two_copies_have_their_own_adapters():
     net = Factorization(small_base(), d_z=4, rank=2, alpha=4.0, targets=["qkv"])
     gen = {n for n, p in net.generator.named_parameters() if p.requires_grad}

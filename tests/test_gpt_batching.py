@@ -154,20 +154,38 @@ def test_an_injected_vector_changes_the_output_only_from_its_slot_on():
         assert torch.equal(m(idx, inject=(torch.tensor([-1, -1]), vectors))[0], plain)
 
 
-def test_injection_under_cached_padded_generation_equals_recomputation():
+def test_an_onward_injection_adds_its_vector_at_the_slot_and_every_later_position():
+    m = model()
+    idx = torch.stack(prompts([10, 10]))
+    slots = torch.tensor([4, 7])
+    vectors = torch.randn(2, W, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        _, plain = m.run_with_cache(idx, ["hook_embed"])
+        _, pushed = m.run_with_cache(idx, ["hook_embed"], inject=gpt.Inject(slots, vectors, onward=True))
+    added = pushed["hook_embed"] - plain["hook_embed"]  # (B, T, W)
+    for b, s in enumerate(slots.tolist()):
+        assert (added[b, :s] == 0).all()
+        assert torch.allclose(added[b, s:], vectors[b].expand(10 - s, W), atol=1e-6)
+
+
+@pytest.mark.parametrize("onward", [False, True])
+def test_injection_under_cached_padded_generation_equals_recomputation(onward):
     m = model(scale=15.0)
     idx, mask = pad(prompts([5, 8]))
     slots = torch.tensor([6, 10])  # row 0: a prompt token; row 1: the third generated token
     vectors = 5 * torch.randn(2, W, generator=torch.Generator().manual_seed(6))
-    generated = m.generate(idx, 6, attention_mask=mask, inject=(slots, vectors))
+    inject = gpt.Inject(slots, vectors, onward)
+    generated = m.generate(idx, 6, attention_mask=mask, inject=inject)
     seq = idx
     with torch.no_grad():
         for _ in range(6):
             full_mask = torch.cat([mask, torch.ones(2, seq.shape[1] - idx.shape[1], dtype=torch.bool)], dim=1)
-            logits, _ = m(seq, attention_mask=full_mask, inject=(slots, vectors))
+            logits, _ = m(seq, attention_mask=full_mask, inject=inject)
             seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(generated, seq[:, idx.shape[1]:])
     assert not torch.equal(generated, m.generate(idx, 6, attention_mask=mask))
+    if onward:  # from the slot on, every step reads the vector: not the one-slot generation
+        assert not torch.equal(generated, m.generate(idx, 6, attention_mask=mask, inject=(slots, vectors)))
 
 
 @pytest.mark.parametrize("same_prompts", [False, True])

@@ -67,7 +67,8 @@ class FactorizeSystem(StrategiesBaseSystem):
         super().__init__(config)  # the benchmark's splits and encodings; self.model is replaced below
         base = self._base()
         m = config.model
-        self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets).to(self.device)
+        self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets,
+                                 onward=m.z_injection == "onward").to(self.device)
         self.model = self.net
         self.stage_metrics = {"fidelity": None, "alignment": None}
         self.c: float | None = None

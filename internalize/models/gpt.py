@@ -12,7 +12,7 @@ new, True at real tokens. Any layout works in `forward` and `token_logprobs` (`g
 left padding): padded keys are never attended to, and positions count only the real tokens
 before each one, so every row gets, at its real tokens, the logits it gets alone. `generate`
 decodes greedily or by sampling with a key/value cache; `token_logprobs` scores sequences;
-`inject` adds a vector to each row's embedding at one slot. Without a mask, positions or
+`inject` adds a vector to each row's embedding at one slot, or from it on. Without a mask, positions or
 injection, every call computes exactly what it did before these existed.
 """
 from __future__ import annotations
@@ -20,12 +20,18 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-Inject = tuple[torch.Tensor, torch.Tensor]  # slots (B,) long, vectors (B, width)
+class Inject(NamedTuple):
+    """Vectors added to the embeddings: each row's at its slot, or (onward) at its slot and every
+    position after it. A plain (slots, vectors) tuple means one slot."""
+    slots: torch.Tensor  # (B,) long
+    vectors: torch.Tensor  # (B, width)
+    onward: bool = False
 
 
 class KVCache:
@@ -52,11 +58,13 @@ Cache = list[tuple[torch.Tensor, torch.Tensor]] | KVCache  # per block: keys, va
 
 def add_at(x: torch.Tensor, inject: Inject | None, offset: int) -> torch.Tensor:
     """x (B, T, C), the embeddings of sequence positions offset..offset+T-1, with each row's injected
-    vector added at its slot (if that slot is among them)."""
+    vector added at its slot (if that slot is among them), or at every one from its slot on."""
     if inject is None:
         return x
-    slots, vectors = inject
-    hit = slots[:, None] == torch.arange(offset, offset + x.shape[1], device=x.device)  # (B, T)
+    slots, vectors = inject[0], inject[1]
+    positions = torch.arange(offset, offset + x.shape[1], device=x.device)
+    onward = len(inject) > 2 and inject[2]
+    hit = slots[:, None] <= positions if onward else slots[:, None] == positions  # (B, T)
     return x + hit[..., None] * vectors[:, None, :]
 
 

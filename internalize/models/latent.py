@@ -5,7 +5,8 @@ generator g(y|x,z) (shared parameters), the second the posterior q(z|x,y). The f
 the first copy with its adapter disabled: the reference p_theta. Both Gaussian heads read the
 final hidden state (after the last LayerNorm) of one token: the router the `<z>` that ends the
 prompt `<bos><x>...</x><z>`, the posterior the `<eos>` of the whole framed (x, y). E(z), a
-linear map, is added to the embedding at the `<z_empty>` slot. The LoRA B matrices and every
+linear map, is added to the embedding at the `<z_empty>` slot (onward: there and at every
+position after it, so each response token reads z in its own embedding). The LoRA B matrices and every
 head start at zero, so before training the generator is the base exactly and both Gaussians are
 standard normal.
 """
@@ -51,9 +52,10 @@ def draw(params: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator |
 
 
 class Factorization(nn.Module):
-    def __init__(self, base: nn.Module, d_z: int, rank: int, alpha: float, targets: list[str] | None = None):
+    def __init__(self, base: nn.Module, d_z: int, rank: int, alpha: float, targets: list[str] | None = None,
+                 onward: bool = False):
         """base: the toolkit's GPT or an HFCausalLM; targets: the layer names LoRA adapts (None: every
-        linear layer of the blocks)."""
+        linear layer of the blocks); onward: E(z) at the slot and every position after it."""
         super().__init__()
         self.base_cfg = base.cfg
         base = copy.deepcopy(base).requires_grad_(False)
@@ -68,6 +70,7 @@ class Factorization(nn.Module):
         self.embed_z = nn.Linear(d_z, width, bias=False)
         nn.init.zeros_(self.embed_z.weight)
         self.d_z = d_z
+        self.onward = onward
 
     def learnable(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -82,7 +85,7 @@ class Factorization(nn.Module):
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]  # (B, width)
 
     def inject(self, slots: torch.Tensor, z: torch.Tensor) -> Inject:
-        return slots, self.embed_z(z)
+        return Inject(slots, self.embed_z(z), self.onward)
 
     def router(self, idx: torch.Tensor, z_at: torch.Tensor, mask: torch.Tensor | None = None):
         """r(z|x): (mean, log-variance) from the hidden state at `<z>` (index z_at (B,)); tokens after
