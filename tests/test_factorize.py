@@ -1,6 +1,7 @@
 """The latent-strategies factorisation: the frozen reference, the objectives' terms, the KL."""
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -266,3 +267,24 @@ def test_the_chance_of_alignment_follows_the_shares_it_is_given():
     assert system.chance(src, tgt, {}) == {}
     # sorting's strategies coincide on some inputs: chance can only rise above the sum of squared shares
     assert data["sorting"] >= sum(p * p for p in system.shares["sorting"].values()) - 1e-9
+
+
+@pytest.mark.slow
+def test_posterior_fidelity_and_strategy_are_scored_against_each_inputs_own_test_trace():
+    from internalize.tasks.strategies import TASKS
+
+    system = smoke_system()
+    first = {n: TASKS[n].strategies[0] for n in system.names}
+
+    def always_first(frame, temperature, generator, steps=None):  # whatever z says: each task's first strategy
+        return [system.tasks[t].traces(json.loads(p))[first[t]] for t, p in zip(frame["task"], frame["problem"])]
+
+    system.generate = always_first
+    result = system.measure()
+    tasks = system.test["task"].to_numpy()
+    for n in system.names:
+        found = result["per_task"][n]
+        assert found["fidelity_posterior"] == 1.0 and found["fidelity"] == 1.0
+        keeps = [first[n] in v.strategies for v, t in zip(system.test_verdicts, tasks) if t == n]
+        assert found["strategy_posterior"] == pytest.approx(np.mean(keeps))
+    assert 0 < result["strategy_posterior"] < 1  # the reference traces use other strategies too

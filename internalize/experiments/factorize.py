@@ -17,7 +17,10 @@ traces are both faithful, which takes fidelity's share out); alignment_chance: t
 figure for strategies drawn independently by the data's shares, coinciding traces included
 (alignment_chance_model: by the shares of the model's own faithful samples, the level that
 alignment_valid reaches when z is ignored). kl:
-KL(q || r) on the test traces. `eval.snapshots` evaluations during training give the
+KL(q || r) on the test traces. fidelity_posterior: the fidelity with z drawn from the posterior of each
+input's own test trace (what the generator trains on; against fidelity, the router's mismatch);
+strategy_posterior: among those faithful traces, the share that keep the test trace's strategy (whether
+z carries it). `eval.snapshots` evaluations during training give the
 trajectories and the PCA of posterior means; steering applies the mean posterior z of one
 strategy's test traces to other inputs of its task and counts that strategy's share.
 """
@@ -237,6 +240,12 @@ class FactorizeSystem(StrategiesBaseSystem):
         return torch.cat([self.net.posterior_params(t, self.slots(t)[2])[0]
                           for t in tokens.to(self.device).split(256)])
 
+    @torch.no_grad()
+    def posterior_draws(self, tokens: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """(N, d_z) a z drawn from the posterior of each framed (x, y), as in training."""
+        return torch.cat([draw(self.net.posterior_params(t, self.slots(t)[2]), generator)
+                          for t in tokens.to(self.device).split(256)])
+
     def traces_with(self, frame: pd.DataFrame, z: torch.Tensor, temperature: float,
                     generator: torch.Generator) -> list:
         """Verdicts of the traces sampled on each input with its row of z."""
@@ -324,6 +333,17 @@ class FactorizeSystem(StrategiesBaseSystem):
             means = self.posterior_means(tokens[keep]).cpu().numpy()
             result["pca"] = pca2(means).round(4).tolist()
         else:
+            # z from the posterior of each input's own test trace, as the generator sees in training: its
+            # fidelity against the router's tells the generator's damage from the router's mismatch, and
+            # how often the trace keeps the reference's strategy tells whether z carries it
+            post = self.posterior_draws(tokens, torch.Generator(device=self.device).manual_seed(seed + 3))
+            posterior = self.traces_with(frame, post, 1.0, torch.Generator(device=self.device).manual_seed(seed + 3))
+            for n in self.names:
+                mine = [(v, r) for v, r, t in zip(posterior, self.test_verdicts, tasks) if t == n]
+                per_task[n]["fidelity_posterior"] = float(np.mean([v.valid for v, _ in mine]))
+                per_task[n]["strategy_posterior"] = consistent_when_valid(mine)
+            for k in ("fidelity_posterior", "strategy_posterior"):
+                result[k] = mean({n: per_task[n][k] for n in self.names})
             result["per_task"] = per_task
             result["pairs"] = len(src)
             chance = self.chance(src, tgt)
@@ -380,7 +400,7 @@ class FactorizeSystem(StrategiesBaseSystem):
         self.last["summary"] = dict(
             {k: self.last[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
                                        "alignment_valid", "alignment_chance", "alignment_chance_model", "kl",
-                                       "per_task", "pairs")},
+                                       "fidelity_posterior", "strategy_posterior", "per_task", "pairs")},
             objective=o.name, response_source=self.config.data.response_source, c=self.c, d_z=m.d_z,
             lora_rank=m.lora_rank, trainable_parameters=sum(p.numel() for p in self.net.learnable()),
             tasks=self.names, test_examples=len(self.test_rows),
