@@ -236,15 +236,10 @@ class FactorizeSystem(StrategiesBaseSystem):
         return torch.cat(out)
 
     @torch.no_grad()
-    def posterior_means(self, tokens: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.net.posterior_params(t, self.slots(t)[2])[0]
-                          for t in tokens.to(self.device).split(256)])
-
-    @torch.no_grad()
-    def posterior_draws(self, tokens: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """(N, d_z) a z drawn from the posterior of each framed (x, y), as in training."""
-        return torch.cat([draw(self.net.posterior_params(t, self.slots(t)[2]), generator)
-                          for t in tokens.to(self.device).split(256)])
+    def posterior_means(self, tokens: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """(N, d_z) the posterior mean of each framed (x, y); with a generator, a z drawn from it, as in training."""
+        params = [self.net.posterior_params(t, self.slots(t)[2]) for t in tokens.to(self.device).split(256)]
+        return torch.cat([p[0] if generator is None else draw(p, generator) for p in params])
 
     def traces_with(self, frame: pd.DataFrame, z: torch.Tensor, temperature: float,
                     generator: torch.Generator) -> list:
@@ -336,7 +331,7 @@ class FactorizeSystem(StrategiesBaseSystem):
             # z from the posterior of each input's own test trace, as the generator sees in training: its
             # fidelity against the router's tells the generator's damage from the router's mismatch, and
             # how often the trace keeps the reference's strategy tells whether z carries it
-            post = self.posterior_draws(tokens, torch.Generator(device=self.device).manual_seed(seed + 3))
+            post = self.posterior_means(tokens, torch.Generator(device=self.device).manual_seed(seed + 3))
             posterior = self.traces_with(frame, post, 1.0, torch.Generator(device=self.device).manual_seed(seed + 3))
             for n in self.names:
                 mine = [(v, r) for v, r, t in zip(posterior, self.test_verdicts, tasks) if t == n]

@@ -61,9 +61,8 @@ def add_at(x: torch.Tensor, inject: Inject | None, offset: int) -> torch.Tensor:
     vector added at its slot (if that slot is among them), or at every one from its slot on."""
     if inject is None:
         return x
-    slots, vectors = inject[0], inject[1]
+    slots, vectors, onward = Inject(*inject)  # a plain (slots, vectors) pair: one slot
     positions = torch.arange(offset, offset + x.shape[1], device=x.device)
-    onward = len(inject) > 2 and inject[2]
     hit = slots[:, None] <= positions if onward else slots[:, None] == positions  # (B, T)
     return x + hit[..., None] * vectors[:, None, :]
 
