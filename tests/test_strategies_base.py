@@ -3,7 +3,7 @@ import torch
 
 from internalize.config import load
 from internalize.experiments import build
-from internalize.tasks.strategies import TASKS, unframe, validate
+from internalize.tasks.strategies import TASKS, prompt, unframe, validate
 
 
 def system(*overrides):
@@ -107,3 +107,25 @@ def test_length_chunks_give_each_row_the_loss_it_gets_alone():
         s.loss_of((tokens, response)).backward()
         grads.append(torch.cat([p.grad.flatten() for p in s.model.parameters()]))
     torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_generation_budgets_each_prompt_by_its_own_length():
+    # a batch decodes only as far as its widest prompt leaves positions: a short prompt whose trace is
+    # long must not share a batch with a long prompt (it did, and lost its trace's end: "never closes")
+    s = system("task.per_task=400", "task.formats={linear_equation: columns}")
+    test = s.test.reset_index(drop=True)
+    width = [len(s.tokenizer.encode(prompt(x))) for x in test["input"]]
+    wide = max(range(len(test)), key=width.__getitem__)
+    long = max(range(len(test)), key=lambda i: len(test["trace"][i]) - width[i])
+    assert width[wide] + len(test["trace"][long]) + 2 > s.longest + 8  # together they do not fit
+    frame = test.iloc[[wide, long] * 3].reset_index(drop=True)
+
+    def teacher(ids, mask, steps, temperature, generator, rows):  # writes each row's reference trace
+        out = torch.full((len(rows), steps), s.tokenizer.id("<eos>"))
+        for k, i in enumerate(rows.tolist()):
+            written = s.tokenizer.encode(frame["trace"][i] + "</y>")[:steps]
+            out[k, :len(written)] = torch.tensor(written)
+        return out
+
+    s.decode = teacher
+    assert s.generate(frame, 1.0, torch.Generator(), batch=2) == frame["trace"].tolist()

@@ -237,7 +237,7 @@ class StrategiesBaseSystem(System):
         return ids.to(self.device), mask.to(self.device)
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor, steps: int, temperature: float,
-               generator: torch.Generator, rows: slice) -> torch.Tensor:
+               generator: torch.Generator, rows: torch.Tensor) -> torch.Tensor:
         """New tokens for one batch of prompts (rows: where the batch sits in the frame)."""
         return self.model.generate(ids, steps, temperature=temperature, generator=generator,
                                    stop_token=self.tokenizer.id("<eos>"), attention_mask=mask)
@@ -246,15 +246,22 @@ class StrategiesBaseSystem(System):
     def generate(self, frame: pd.DataFrame, temperature: float, generator: torch.Generator,
                  batch: int = 256, steps: int | None = None) -> list[str]:
         """The trace each prompt's sample writes (the text before </y>; None when it never closes),
-        in at most `steps` tokens (default: the frame's longest trace and 8)."""
-        out = []
+        in at most `steps` tokens (default: the frame's longest trace and 8).
+
+        Prompts are batched by length: a batch may decode only as far as its widest prompt leaves
+        positions, so a short prompt batched with a long one would lose the end of a long trace."""
+        out: list[str | None] = [None] * len(frame)
         longest = steps if steps is not None else max(len(t) for t in frame["trace"]) + 8
+        inputs = frame["input"].tolist()
+        order = np.argsort([len(self.tokenizer.encode(prompt(x))) for x in inputs], kind="stable")
         for lo in range(0, len(frame), batch):
-            ids, mask = self.prompts(frame["input"].iloc[lo:lo + batch])
+            rows = order[lo:lo + batch]
+            ids, mask = self.prompts([inputs[i] for i in rows])
             steps = min(longest, self.longest + 8 - ids.shape[1])
-            for row in self.decode(ids, mask, steps, temperature, generator, slice(lo, lo + batch)).cpu().tolist():
+            decoded = self.decode(ids, mask, steps, temperature, generator, torch.as_tensor(rows, device=self.device))
+            for i, row in zip(rows, decoded.cpu().tolist()):
                 text = self.tokenizer.decode(row)
-                out.append(text.split("</y>")[0] if "</y>" in text else None)
+                out[i] = text.split("</y>")[0] if "</y>" in text else None
         return out
 
     def fidelity(self, temperature: float, seed: int) -> tuple[dict, dict, dict, dict]:
