@@ -110,19 +110,20 @@ def test_length_chunks_give_each_row_the_loss_it_gets_alone():
 
 
 def test_generation_budgets_each_prompt_by_its_own_length():
-    # a batch decodes only as far as its widest prompt leaves positions: a short prompt whose trace is
-    # long must not share a batch with a long prompt (it did, and lost its trace's end: "never closes")
-    s = system("task.per_task=400", "task.formats={linear_equation: columns}")
+    # a batch decodes only as far as its widest prompt leaves positions: a short prompt with a long trace
+    # must not share a batch with a long prompt (it did, and lost its trace's end: "never closes")
+    s = system("task.per_task=400")
     test = s.test.reset_index(drop=True)
     width = [len(s.tokenizer.encode(prompt(x))) for x in test["input"]]
-    wide = max(range(len(test)), key=width.__getitem__)
-    long = max(range(len(test)), key=lambda i: len(test["trace"][i]) - width[i])
-    assert width[wide] + len(test["trace"][long]) + 2 > s.longest + 8  # together they do not fit
-    frame = test.iloc[[wide, long] * 3].reset_index(drop=True)
+    wide, short = max(range(len(test)), key=width.__getitem__), min(range(len(test)), key=width.__getitem__)
+    assert width[wide] - width[short] > 9  # batched together, the short prompt's budget is cut below its need
+    frame = test.iloc[[wide, short] * 3].reset_index(drop=True)
+    # the longest trace the short prompt can have: the framed sequence as long as the longest there is
+    frame.loc[frame.index % 2 == 1, "trace"] = "1" * (s.longest - width[short] - 2)
 
-    def teacher(ids, mask, steps, temperature, generator, rows):  # writes each row's reference trace
-        out = torch.full((len(rows), steps), s.tokenizer.id("<eos>"))
-        for k, i in enumerate(rows.tolist()):
+    def teacher(ids, mask, steps, temperature, generator, rows):  # writes each row's trace, as far as allowed
+        out = torch.full((ids.shape[0], steps), s.tokenizer.id("<eos>"))
+        for k, i in enumerate(torch.arange(len(frame))[rows].tolist()):
             written = s.tokenizer.encode(frame["trace"][i] + "</y>")[:steps]
             out[k, :len(written)] = torch.tensor(written)
         return out

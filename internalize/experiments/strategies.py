@@ -248,14 +248,15 @@ class StrategiesBaseSystem(System):
         """The trace each prompt's sample writes (the text before </y>; None when it never closes),
         in at most `steps` tokens (default: the frame's longest trace and 8).
 
-        Prompts are batched by length: a batch may decode only as far as its widest prompt leaves
-        positions, so a short prompt batched with a long one would lose the end of a long trace."""
+        Each batch holds prompts of one length: a batch may decode only as far as its widest prompt
+        leaves positions, so a short prompt batched with a long one would lose a long trace's end."""
         out: list[str | None] = [None] * len(frame)
         longest = steps if steps is not None else max(len(t) for t in frame["trace"]) + 8
         inputs = frame["input"].tolist()
-        order = np.argsort([len(self.tokenizer.encode(prompt(x))) for x in inputs], kind="stable")
-        for lo in range(0, len(frame), batch):
-            rows = order[lo:lo + batch]
+        widths = np.array([len(self.tokenizer.encode(prompt(x))) for x in inputs])
+        batches = [rows[lo:lo + batch] for w in np.unique(widths) for rows in [np.flatnonzero(widths == w)]
+                   for lo in range(0, len(rows), batch)]
+        for rows in batches:
             ids, mask = self.prompts([inputs[i] for i in rows])
             steps = min(longest, self.longest + 8 - ids.shape[1])
             decoded = self.decode(ids, mask, steps, temperature, generator, torch.as_tensor(rows, device=self.device))
