@@ -254,8 +254,10 @@ class StrategiesBaseSystem(System):
         longest = steps if steps is not None else max(len(t) for t in frame["trace"]) + 8
         inputs = frame["input"].tolist()
         widths = np.array([len(self.tokenizer.encode(prompt(x))) for x in inputs])
-        batches = [rows[lo:lo + batch] for w in np.unique(widths) for rows in [np.flatnonzero(widths == w)]
-                   for lo in range(0, len(rows), batch)]
+        batches = []
+        for width in np.unique(widths):
+            rows = np.flatnonzero(widths == width)
+            batches += [rows[lo:lo + batch] for lo in range(0, len(rows), batch)]
         for rows in batches:
             ids, mask = self.prompts([inputs[i] for i in rows])
             steps = min(longest, self.longest + 8 - ids.shape[1])
