@@ -88,7 +88,8 @@ class StrategiesTask(Strict):
     # validation and test are untouched. Empty: every task alike.
     weights: dict[str, float] = {}
     # a task's trace format by name, where it has more than one (a task not named: "default"); e.g.
-    # {linear_equation: columns} writes subtract-first's c - b column by column (docs/strategies.md)
+    # {linear_equation: columns} writes subtract-first's c - b column by column, {base_conversion: halving}
+    # via-binary's halvings (docs/strategies.md)
     formats: dict[str, str] = {}
 
     @model_validator(mode="after")

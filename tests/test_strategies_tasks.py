@@ -56,6 +56,8 @@ DOCUMENTED = {
     "addition": ("457+68", {"right_to_left": "5c1,2c1,5c0=525", "place_value": "400,110,15;510,525=525"}),
     ("linear_equation", "columns"): ("6x-12=-54", {"subtract_first": "6x=-54+12,-6x=54-12,2b0,4b0,-6x=42,x=-7",
                                                   "divide_first": "x-12/6=-54/6,x-2=-9,x=-7"}),
+    ("base_conversion", "halving"): ("200>16", {"direct": "12r8,0rc=c8",
+                                                "via_binary": "100,50,25,12,6,3,1:11001000:1100|1000=c8"}),
 }
 
 

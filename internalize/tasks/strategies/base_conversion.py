@@ -8,6 +8,11 @@ Trace: the steps, then '=' and the digits in the target base (0-9, a-f, no leadi
   groups of 2, 3 or 4 bits (one per target digit), separated by '|':
                                                         `11001000:1100|1000=c8`  (`200>8`: `11001000:011|001|000=310`)
 The two formats differ in their first step's grammar, so they never write the same trace.
+
+Format `halving` (task.formats {base_conversion: halving}) writes how via_binary finds the binary
+digits: the number halved (rounding down) until 1, each quotient a step; each bit is then one
+number's parity, read from the last step back to the input. direct is unchanged:
+                                                        `100,50,25,12,6,3,1:11001000:1100|1000=c8`
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ _INPUT = re.compile(r"([1-9][0-9]*)>(4|8|16)")
 _DIRECT = rf"{NATURAL}r[0-9a-f](?:,{NATURAL}r[0-9a-f])*"
 _VIA_BINARY = r"[01]+:[01]+(?:\|[01]+)*"
 GRAMMAR = re.compile(rf"(?:{_DIRECT}|{_VIA_BINARY})=[0-9a-f]+")
+_HALVING = rf"{NATURAL}(?:,{NATURAL})*:{_VIA_BINARY}"
+GRAMMAR_HALVING = re.compile(rf"(?:{_DIRECT}|{_HALVING})=[0-9a-f]+")
 
 
 def sample(rng: np.random.Generator) -> dict:
@@ -68,8 +75,21 @@ def trace(problem: dict, strategy: str) -> str:
     raise unknown_strategy(NAME, strategy)
 
 
+def trace_halving(problem: dict, strategy: str) -> str:
+    if strategy != "via_binary":
+        return trace(problem, strategy)
+    halves, n = [], problem["number"] // 2
+    while n:
+        halves.append(str(n))
+        n //= 2
+    return ",".join(halves) + ":" + trace(problem, strategy)
+
+
 def is_correct(problem: dict, answer: str) -> bool:
     return answer == convert(problem["number"], problem["base"])
 
 
 TASK = Task(NAME, STRATEGIES, sample, format_input, parse_input, trace, GRAMMAR, is_correct)
+FORMATS = {"default": TASK,
+           "halving": Task(NAME, STRATEGIES, sample, format_input, parse_input, trace_halving, GRAMMAR_HALVING,
+                           is_correct)}
