@@ -17,6 +17,7 @@ number's parity, read from the last step back to the input. direct is unchanged:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
@@ -90,6 +91,4 @@ def is_correct(problem: dict, answer: str) -> bool:
 
 
 TASK = Task(NAME, STRATEGIES, sample, format_input, parse_input, trace, GRAMMAR, is_correct)
-FORMATS = {"default": TASK,
-           "halving": Task(NAME, STRATEGIES, sample, format_input, parse_input, trace_halving, GRAMMAR_HALVING,
-                           is_correct)}
+FORMATS = {"default": TASK, "halving": replace(TASK, trace=trace_halving, grammar=GRAMMAR_HALVING)}

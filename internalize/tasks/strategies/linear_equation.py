@@ -22,6 +22,7 @@ column from the ones writes its digit and its carry (`{digit}c{carry}`, for a su
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
@@ -106,6 +107,4 @@ def is_correct(problem: dict, answer: str) -> bool:
 
 
 TASK = Task(NAME, STRATEGIES, sample, format_input, parse_input, trace, GRAMMAR, is_correct)
-FORMATS = {"default": TASK,
-           "columns": Task(NAME, STRATEGIES, sample, format_input, parse_input, trace_columns, GRAMMAR_COLUMNS,
-                           is_correct)}
+FORMATS = {"default": TASK, "columns": replace(TASK, trace=trace_columns, grammar=GRAMMAR_COLUMNS)}
