@@ -68,6 +68,7 @@ class FigureSpec(Strict):
 class ReportSpec(Strict):
     metrics: list[str] = ["zero_filled_accuracy", "samples_to_full_accuracy", "train_seconds"]
     relearn_loss: float = 0.1  # steps_to_relearn counts a stage's steps until validation loss is back under this
+    per_task: list[str] = []  # figures of the summary's per_task mapping (task -> figures): a second table
     figures: list[FigureSpec] = []
 
 
@@ -398,7 +399,7 @@ def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
             for key, value in summary.items():
                 if key == "per_stage":
                     continue
-                row[key] = json.dumps(value) if isinstance(value, list) else value
+                row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
             row.update(stage_columns(summary.get("per_stage") or []))
             if (path / "metrics.jsonl").exists():
                 row.update(relearn_columns(read_metrics(path), spec.report.relearn_loss))

@@ -399,3 +399,35 @@ def test_stacking_seeds_of_a_system_without_a_stacked_class_is_one_error_line(cl
     result = cli("sweep", file, "--out", tmp_path / "out", "--stack-seeds", "--quiet")
     assert result.exit_code == 2 and "cannot train seeds stacked" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_per_task_table_averages_each_task_over_seeds(tmp_path):
+    text = STAGED.replace("  metrics: [id_accuracy, lowest_id_accuracy]\n",
+                          "  metrics: [id_accuracy]\n  per_task: [fidelity, alignment]\n")
+    spec = read_spec(write(tmp_path, text))
+    (tmp_path / "sweep.yaml").write_text(text)
+    tasks = expand(spec)
+    for t in tasks:
+        fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=1.0)])
+        path = tmp_path / "runs" / t["id"] / "summary.json"
+        summary = json.loads(path.read_text())
+        left = t["point"]["curriculum.name"] == "left"
+        summary["per_task"] = {"sorting": dict(fidelity=0.9 + 0.02 * t["seed"], alignment=0.5 if left else 0.7),
+                               "addition": dict(fidelity=0.6, alignment=None)}
+        path.write_text(json.dumps(summary))
+    table = collect(tmp_path, spec, tasks)
+    # the stored table keeps the mapping as JSON, so a report from results.csv alone reads it back
+    assert json.loads(pd.read_csv(tmp_path / "results.csv")["per_task"][0])["addition"]["fidelity"] == 0.6
+    report = write_report(tmp_path, table).read_text()
+    assert "## Per task" in report and "| curriculum.name | task | runs | fidelity | alignment |" in report
+    assert "| left | sorting | 2 | 0.91 ± 0.014 | 0.5 ± 0 |" in report
+    assert "| right | sorting | 2 | 0.91 ± 0.014 | 0.7 ± 0 |" in report
+    assert "| left | addition | 2 | 0.6 ± 0 | never |" in report
+
+
+def test_a_mapping_reads_back_from_json_and_from_older_tables():
+    from internalize.analysis.report import as_mapping
+
+    assert as_mapping('{"a": {"f": 1.0}}') == {"a": {"f": 1.0}}
+    assert as_mapping("{'a': {'f': 1.0, 'g': None}}") == {"a": {"f": 1.0, "g": None}}
+    assert as_mapping(float("nan")) == {} and as_mapping({"a": 1}) == {"a": 1}

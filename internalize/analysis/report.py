@@ -1,6 +1,7 @@
 """`internalize report DIR`: a sweep's tables (mean and spread over seeds) and its figures."""
 from __future__ import annotations
 
+import ast
 import json
 import math
 from pathlib import Path
@@ -193,6 +194,39 @@ def scatter(table, spec: FigureSpec, path: Path) -> list[str]:
     return []
 
 
+def as_mapping(value) -> dict:
+    """A summary's mapping as the results table holds it: a dict, its JSON, or (tables written before
+    mappings were stored as JSON) its Python literal; {} for a missing value."""
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str) or not value:
+        return {}
+    try:
+        return json.loads(value)
+    except ValueError:
+        return ast.literal_eval(value)
+
+
+def per_task_table(done, keys: list[str], metrics: list[str]) -> list[str]:
+    """The lines of a table of each grid point's per-task figures (mean ± std over seeds)."""
+    import pandas as pd
+
+    if "per_task" not in done.columns:
+        return ["", "(no per-task table: the runs' summaries hold no per_task)"]
+    rows = [{**{k: run[k] for k in keys}, "task": task, **{m: values.get(m) for m in metrics}}
+            for run in done.to_dict("records") for task, values in as_mapping(run["per_task"]).items()]
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)
+    header = [*keys, "task", "runs", *metrics]
+    lines = ["", "## Per task", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for point, part in frame.groupby([*keys, "task"], sort=True, dropna=False):
+        point = point if isinstance(point, tuple) else (point,)
+        lines.append("| " + " | ".join([*map(show, point), str(len(part)),
+                                        *(spread(list(part[m])) for m in metrics)]) + " |")
+    return lines
+
+
 def write_report(root: Path, table=None) -> Path:
     """DIR/report.md from `table` (a sweep's fresh results) or, without one, the run directories."""
     root = Path(root)
@@ -217,6 +251,8 @@ def write_report(root: Path, table=None) -> Path:
         point = point if isinstance(point, tuple) else (point,)
         cells = [*map(show, point), str(len(part)), *(spread(list(part[m])) for m in metrics)]
         lines.append("| " + " | ".join(cells) + " |")
+    if spec.report.per_task:
+        lines += per_task_table(done, keys, spec.report.per_task)
     if len(failed):
         lines += ["", "## Failed runs", "", "| run | error |", "|---|---|"]
         lines += [f"| {r.run_id} | {str(r.error).replace('|', '/')} |" for r in failed.itertuples()]
