@@ -86,6 +86,8 @@ def sweep(
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     stack_seeds: bool = typer.Option(False, "--stack-seeds",
                                      help="train each point's seeds at once, as one job (Log-ICoT); same results"),
+    done_from: Optional[Path] = typer.Option(None, "--done-from",
+                                             help="a kept results table of this sweep: its finished runs count as done"),
 ) -> None:
     """Run every unfinished run of a sweep, then write its results table and report."""
     from internalize.analysis.report import write_report
@@ -97,11 +99,12 @@ def sweep(
         fail("--workers and --threads must be at least 1")
     try:
         result = run_sweep(file, executor, address, workers, out, show=not quiet, threads=threads,
-                           stack_seeds=stack_seeds)
+                           stack_seeds=stack_seeds, done_from=done_from)
         path = write_report(result["root"], result["table"])
     except ConfigError as err:
         fail(str(err))
-    console.print(f"{result['total']} runs: {result['ran']} run now, {result['skipped']} already finished, "
+    kept = f" ({result['imported']} of them imported)" if result["imported"] else ""
+    console.print(f"{result['total']} runs: {result['ran']} run now, {result['skipped']} already finished{kept}, "
                   f"{len(result['failed'])} failed", highlight=False)
     for outcome in result["failed"]:
         console.print(f"  failed: {outcome['id']}: {outcome['error']}", highlight=False)

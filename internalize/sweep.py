@@ -22,6 +22,11 @@ A sweep file:
 Runs start seed by seed (each point's first seed, then each point's second, ...). Re-running a
 sweep skips finished runs, continues interrupted ones from their checkpoints and retries failed
 ones; a failing run is recorded with its error and never stops the others.
+
+A sweep whose run directories are gone but whose results table was kept (say, committed beside the
+docs) is finished with `--done-from TABLE`: the table's finished rows are copied into the sweep
+directory's imported.csv, count as done, and stand in the results table for runs that have not
+finished here; only the rest run. Delete imported.csv to run them again.
 """
 from __future__ import annotations
 
@@ -272,10 +277,11 @@ def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
 
 def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
               out: Optional[Path] = None, show: bool = True, threads: Optional[int] = None,
-              stack_seeds: bool = False) -> dict:
+              stack_seeds: bool = False, done_from: Optional[Path] = None) -> dict:
     """Run every unfinished run of a sweep; write the results table; return counts. With
     `stack_seeds`, each point's unfinished seeds train at once, as one job (systems whose registry
-    entry has a stacked class; the others refuse)."""
+    entry has a stacked class; the others refuse). With `done_from`, a results table's finished rows
+    count as done (see the module's docstring)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from internalize.train import clock
@@ -291,7 +297,10 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         (root / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
     except OSError as err:
         raise ConfigError(f"cannot write sweep directory {root}: {err.strerror or err}") from None
-    todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists()]
+    if done_from is not None:
+        import_rows(root, tasks, done_from)
+    kept = imported(root)
+    todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists() and t["id"] not in kept]
     # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
     # (or still running) already holds one run of every point
     todo.sort(key=lambda t: spec.seeds.index(t["seed"]))
@@ -331,6 +340,7 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
                 raise ConfigError(f"unknown executor {executor!r}; choose local or ray")
     table = collect(root, spec, tasks)
     return dict(root=root, total=len(tasks), ran=len(todo), skipped=len(tasks) - len(todo),
+                imported=sum(t["id"] in kept and not (runs / t["id"] / "summary.json").exists() for t in tasks),
                 failed=[o for o in outcomes.values() if o["status"] == "failed"], table=table)
 
 
@@ -380,13 +390,56 @@ def relearn_columns(records: list[dict], threshold: float) -> dict:
     return {"steps_to_relearn": total, "stages_not_relearned": missed}
 
 
+def read_table(file: Path):
+    import pandas as pd
+
+    file = Path(file)
+    try:
+        return pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
+    except FileNotFoundError:
+        raise ConfigError(f"no results table at {file}") from None
+    except Exception as err:  # a corrupt or foreign file: pandas and pyarrow raise many kinds
+        raise ConfigError(f"cannot read results table {file}: {err}") from None
+
+
+def import_rows(root: Path, tasks: list[dict], table_file: Path) -> int:
+    """Copy the finished rows of another results table of this sweep into root/imported.csv (kept
+    beside earlier imports, a new row replacing an old one); return how many were copied."""
+    import pandas as pd
+
+    table = read_table(table_file)
+    if not {"run_id", "status"} <= set(table.columns):
+        raise ConfigError(f"{table_file} is no sweep results table (it lacks run_id and status)")
+    ids = {t["id"] for t in tasks}
+    table = table[(table["status"] == "done") & table["run_id"].isin(ids)]
+    if table.empty:
+        raise ConfigError(f"{table_file} holds no finished run of this sweep")
+    earlier = imported(root)
+    rows = [row for run, row in earlier.items() if run not in set(table["run_id"])]
+    merged = pd.concat([pd.DataFrame(rows), table], ignore_index=True) if rows else table
+    merged.to_csv(root / "imported.csv", index=False)
+    return len(table)
+
+
+def imported(root: Path) -> dict[str, dict]:
+    """The rows that `--done-from` copied into this sweep, by run id."""
+    if not (root / "imported.csv").exists():
+        return {}
+    return {row["run_id"]: row for row in read_table(root / "imported.csv").to_dict("records")}
+
+
 def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
-    """results.parquet and results.csv: one row per run, its config keys and summary figures."""
+    """results.parquet and results.csv: one row per run, its config keys and summary figures (a run
+    with no directory: its imported row, if any)."""
     import pandas as pd
 
     rows = []
+    kept = imported(root)
     for t in tasks:
         path = root / "runs" / t["id"]
+        if t["id"] in kept and not (path / "summary.json").exists():
+            rows.append(kept[t["id"]])
+            continue
         row = dict(run_id=t["id"], status="pending", error=None)
         if (path / "config.yaml").exists():
             row.update({f"config.{k}": v for k, v in flatten(configs.load(str(path / "config.yaml")).model_dump(

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -358,6 +359,48 @@ def test_runs_start_seed_by_seed(tmp_path, monkeypatch):
     sweep.run_sweep(file, workers=1, out=tmp_path / "out", show=False)
     assert started == ["task.k=8__seed=0", "task.k=4__seed=1", "task.k=8__seed=1", "task.k=4__seed=2",
                        "task.k=8__seed=2", "task.k=4__seed=3", "task.k=8__seed=3"]
+
+
+def test_a_sweep_finishes_from_a_kept_table(cli, tmp_path, monkeypatch):
+    import internalize.sweep as sweep
+
+    started = []
+
+    def fake(jobs, workers, on_done):  # each run writes a summary holding its seed
+        for j in jobs:
+            started.append(j["id"])
+            Path(j["path"]).mkdir(parents=True, exist_ok=True)
+            (Path(j["path"]) / "summary.json").write_text(json.dumps({"score": 10 + int(j["id"][-1])}))
+            on_done(dict(id=j["id"], status="done", seconds=0.0))
+
+    monkeypatch.setattr(sweep, "run_local", fake)
+    file = write(tmp_path, SMALL.split("report:")[0])
+    kept = pd.DataFrame([dict(run_id="task.k=4__seed=0", status="done", score=0.25, **{"task.k": 4, "seed": 0}),
+                         dict(run_id="task.k=8__seed=1", status="done", score=0.75, **{"task.k": 8, "seed": 1}),
+                         dict(run_id="task.k=8__seed=2", status="failed", score=None, **{"task.k": 8, "seed": 2}),
+                         dict(run_id="task.k=16__seed=0", status="done", score=0.5, **{"task.k": 16, "seed": 0})])
+    kept.to_csv(tmp_path / "kept.csv", index=False)
+    out = tmp_path / "out"
+    (out / "runs" / "task.k=8__seed=1").mkdir(parents=True)  # a finished directory wins over its imported row
+    (out / "runs" / "task.k=8__seed=1" / "summary.json").write_text(json.dumps({"score": 11}))
+    result = sweep.run_sweep(file, workers=1, out=out, show=False, done_from=tmp_path / "kept.csv")
+    # the imported finished row is not run; the failed one and the one of another sweep count for nothing
+    assert sorted(started) == sorted(t["id"] for t in expand(read_spec(file))
+                                     if t["id"] not in ("task.k=4__seed=0", "task.k=8__seed=1"))
+    assert result["imported"] == 1 and result["ran"] == 6
+    table = pd.read_parquet(out / "results.parquet").set_index("run_id")
+    assert len(table) == 8 and (table["status"] == "done").all()
+    assert table.loc["task.k=4__seed=0", "score"] == 0.25 and table.loc["task.k=8__seed=1", "score"] == 11
+    assert table.loc["task.k=8__seed=2", "score"] == 12
+    started.clear()
+    again = sweep.run_sweep(file, workers=1, out=out, show=False)  # the import stays with the sweep directory
+    assert started == [] and again["imported"] == 1
+    assert cli("report", out).exit_code == 0 and "8 of 8 runs finished" in (out / "report.md").read_text()
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    for bad, says in ((tmp_path / "missing.csv", "no results table"), (file, "cannot read results table"),
+                      (tmp_path / "other.csv", "no sweep results table")):
+        result = cli("sweep", file, "--out", out, "--done-from", bad)
+        assert result.exit_code == 2 and says in result.output and len(result.output.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -35,8 +35,13 @@ def stage_table(root: Path, done, keys: list[str], records: str = "per_stage"):
 
     rows = []
     for run in done.to_dict("records"):
-        summary = json.loads((root / "runs" / run["run_id"] / "summary.json").read_text())
-        rows += [{**{k: run[k] for k in [*keys, "seed"]}, **record} for record in summary.get(records, [])]
+        file = root / "runs" / run["run_id"] / "summary.json"
+        if file.exists():
+            listed = json.loads(file.read_text()).get(records, [])
+        else:  # a row imported from a kept table (`sweep --done-from`): the list if the table holds it
+            value = run.get(records)
+            listed = json.loads(value) if isinstance(value, str) and value else []
+        rows += [{**{k: run[k] for k in [*keys, "seed"]}, **record} for record in listed]
     return pd.DataFrame(rows)
 
 
