@@ -414,8 +414,8 @@ def import_rows(root: Path, tasks: list[dict], table_file: Path) -> int:
     table = table[(table["status"] == "done") & table["run_id"].isin(ids)]
     if table.empty:
         raise ConfigError(f"{table_file} holds no finished run of this sweep")
-    earlier = imported(root)
-    rows = [row for run, row in earlier.items() if run not in set(table["run_id"])]
+    fresh = set(table["run_id"])
+    rows = [row for run, row in imported(root).items() if run not in fresh]
     merged = pd.concat([pd.DataFrame(rows), table], ignore_index=True) if rows else table
     merged.to_csv(root / "imported.csv", index=False)
     return len(table)
