@@ -130,3 +130,38 @@ def test_generation_budgets_each_prompt_by_its_own_length():
 
     s.decode = teacher
     assert s.generate(frame, 1.0, torch.Generator(), batch=2) == frame["trace"].tolist()
+
+
+class Uniform(torch.nn.Module):
+    """Every next token equally likely: a trace of n characters and </y> has probability V^-(n+1)."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, ids):
+        return torch.zeros(*ids.shape, self.vocab), None
+
+
+def test_exact_shares_score_each_canonical_trace_once_up_to_its_closing():
+    import json
+    s = system("task.per_task=400")
+    s.model = Uniform(len(s.tokenizer))
+    found = s.exact_shares()
+    vocab = len(s.tokenizer)
+    coinciding = 0
+    for name in s.names:
+        rows = s.test[s.test["task"] == name]
+        mass = dict.fromkeys(TASKS[name].strategies, 0.0)
+        for problem in rows["problem"]:
+            traces = {st: t for st, t in s.tasks[name].traces(json.loads(problem)).items() if t is not None}
+            for trace in set(traces.values()):
+                writers = [st for st, t in traces.items() if t == trace]
+                coinciding += len(writers) > 1
+                for st in writers:  # len(trace) characters and </y>, one token each; <eos> not scored
+                    mass[st] += vocab ** -(len(s.tokenizer.encode(trace)) + 1) / len(writers)
+        total = sum(mass.values())
+        assert abs(found[name]["fidelity"] - total / len(rows)) <= 1e-3 * total / len(rows)
+        for st, share in found[name]["shares"].items():
+            assert abs(share - mass[st] / total) < 1e-3
+    assert coinciding > 0  # the even split of a trace two strategies write was exercised

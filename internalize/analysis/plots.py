@@ -159,7 +159,7 @@ def grouped_bars(groups: dict[str, dict[str, float]], path: Path, ylabel: str, t
     """One cluster of bars per group (a task, a strategy), one bar per series inside it."""
     series = list(dict.fromkeys(k for bars in groups.values() for k in bars))
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(5, 0.55 * len(groups) * len(series) + 1.5), 3.6))
+    fig, ax = plt.subplots(figsize=(max(5, min(18, 0.55 * len(groups) * len(series) + 1.5)), 3.6))
     xs = np.arange(len(groups))
     for i, name in enumerate(series):
         ax.bar(xs + (i - (len(series) - 1) / 2) * width, [bars.get(name, np.nan) for bars in groups.values()],

@@ -10,7 +10,9 @@ answer is right and it is some strategy's trace (sampled at temperature 1, greed
 strategy shares of the samples are set against the data's (each trace's credit split evenly over
 the strategies that write it), and the response loss (nats per response) against the data's
 strategy entropy, the floor of that loss for a model that knows every strategy but not which one
-an example used. Linear probes (internalize.analysis.probes) on the test examples, teacher forced,
+an example used. One sample an input leaves the shares noisy (about 500 inputs a task at the default
+3,000); `exact_shares` reads what the samples estimate off the model itself, every canonical trace
+of every test input scored, and sets those shares against the ones training draws from. Linear probes (internalize.analysis.probes) on the test examples, teacher forced,
 decode the strategy from the embeddings and every block's residual stream, per task, layer and
 eighth of the trace, against chance; examples whose trace two strategies write alike are left out
 (their label is undecidable from the trace). The probes are fitted once, for the summary.
@@ -313,6 +315,39 @@ class StrategiesBaseSystem(System):
         return ({n: float(losses[tasks == n].mean()) for n in self.names},
                 {n: float(entropy[tasks == n].mean()) for n in self.names})
 
+    @torch.no_grad()
+    def exact_shares(self) -> dict[str, dict]:
+        """Per task, what sampling at temperature 1 estimates, without the sampling noise: every test
+        input's canonical traces (coinciding ones once) scored by the model, p(trace, </y> | input).
+        {task: {fidelity: the mean over inputs of their summed probability (a sample is faithful exactly
+        when it is one of them), shares: {strategy: its traces' probability mass, a coinciding trace's
+        split evenly as `credit` splits it, over the total}}}; shares None where the mass is zero."""
+        inputs, texts, writers, tasks = [], [], [], []
+        for task, x, problem in zip(self.test["task"], self.test["input"], self.test["problem"]):
+            by_trace: dict[str, list[str]] = {}
+            for strategy, trace in self.tasks[task].traces(json.loads(problem)).items():
+                if trace is not None:
+                    by_trace.setdefault(trace, []).append(strategy)
+            for trace, strategies in by_trace.items():
+                inputs.append(x), texts.append(frame(x, trace)), writers.append(strategies), tasks.append(task)
+        tokens, response = self.encode(pd.DataFrame({"input": inputs, "text": texts}))
+        response &= tokens != self.tokenizer.id("<eos>")  # the sample ends at </y>; what follows is not scored
+        self.model.eval()
+        nll = torch.cat([self.response_losses(tokens[i:i + 256].to(self.device), response[i:i + 256].to(self.device))
+                         for i in range(0, len(tokens), 256)]).cpu().double().numpy()
+        self.model.train()
+        found = {}
+        for name in self.names:
+            mass = dict.fromkeys(TASKS[name].strategies, 0.0)
+            for p, strategies, task in zip(np.exp(-nll), writers, tasks):
+                if task == name:
+                    for s in strategies:
+                        mass[s] += p / len(strategies)
+            total, count = sum(mass.values()), int((self.test["task"] == name).sum())
+            found[name] = dict(fidelity=total / count,
+                               shares={s: m / total for s, m in mass.items()} if total > 0 else None)
+        return found
+
     def strategy_probes(self) -> dict:
         """summary["probes"] (see probes.strategy_probes), plus "excluded": {task: coinciding examples}."""
         if "probes" in self.last:
@@ -358,12 +393,17 @@ class StrategiesBaseSystem(System):
         tv, tv_train = ({n: total_variation(model_shares[n], reference[n]) for n in self.names}
                         for reference in (data_shares, train_shares))
         loss, entropy = self.response_loss_and_entropy()
+        exact = self.exact_shares()
+        tv_exact = {n: total_variation(exact[n]["shares"], train_shares[n]) for n in self.names}
         self.last["summary"] = dict(fidelity=mean(sampled), fidelity_greedy=mean(greedy), share_tv=mean(tv),
-                    share_tv_train=mean(tv_train),
+                    share_tv_train=mean(tv_train), fidelity_exact=mean({n: e["fidelity"] for n, e in exact.items()}),
+                    share_tv_exact=mean(tv_exact),
                     response_loss=mean(loss), strategy_entropy=mean(entropy),
                     per_task={n: dict(fidelity=sampled[n], fidelity_greedy=greedy[n], share_tv=tv[n],
                                       response_loss=loss[n], strategy_entropy=entropy[n],
                                       share_tv_train=tv_train[n], strategy_shares=model_shares[n],
+                                      fidelity_exact=exact[n]["fidelity"], share_tv_exact=tv_exact[n],
+                                      strategy_shares_exact=exact[n]["shares"],
                                       data_strategy_shares=data_shares[n], train_strategy_shares=train_shares[n],
                                       by_input_length=self.by_length(n),
                                       greedy_failures=self.last["failures"][n],
@@ -405,7 +445,9 @@ class StrategiesBaseSystem(System):
                             for n in self.names}, folder / "fidelity.png", "fidelity", "base model: fidelity per task",
                            ylim=(0, 1.05))
         bars = {f"{n}\n{s}": {"samples": (per_task[n]["strategy_shares"] or {}).get(s, np.nan),
-                               "data": per_task[n]["data_strategy_shares"][s]}
+                               "model, exact": (per_task[n].get("strategy_shares_exact") or {}).get(s, np.nan),
+                               "data (test inputs)": per_task[n]["data_strategy_shares"][s],
+                               "training draws": per_task[n]["train_strategy_shares"][s]}
                 for n in self.names for s in TASKS[n].strategies}
         plots.grouped_bars(bars, folder / "strategy_shares.png", "share of valid traces",
                            "base model: strategy shares of its samples against the data's", ylim=(0, 1.05))
@@ -421,7 +463,11 @@ class StrategiesBaseSystem(System):
                 + ("n/a" if summary["share_tv"] is None else f"{summary['share_tv']:.3f}")
                 + ("" if summary.get("share_tv_train") is None else
                    f" on the test inputs, off the training draws' by {summary['share_tv_train']:.3f}")
-                + f" (total variation); response loss {summary['response_loss']:.3f} "
+                + " (total variation)"
+                + ("" if summary.get("share_tv_exact") is None else
+                   f"; scored exactly, fidelity {summary['fidelity_exact']:.3f} and shares off the training "
+                   f"draws' by {summary['share_tv_exact']:.3f}")
+                + f"; response loss {summary['response_loss']:.3f} "
                 f"nats against the strategy entropy {summary['strategy_entropy']:.3f}"
                 + probe_line(summary.get("probes")))
 
