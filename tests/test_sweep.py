@@ -474,3 +474,13 @@ def test_a_mapping_reads_back_from_json_and_from_older_tables():
     assert as_mapping('{"a": {"f": 1.0}}') == {"a": {"f": 1.0}}
     assert as_mapping("{'a': {'f': 1.0, 'g': None}}") == {"a": {"f": 1.0, "g": None}}
     assert as_mapping(float("nan")) == {} and as_mapping({"a": 1}) == {"a": 1}
+
+
+def test_a_report_of_a_damaged_results_table_is_one_line(cli, tmp_path):
+    root = tmp_path / "sweep"
+    root.mkdir()
+    write(root, "experiment: logicot\nscale: smoke\ncases: [{}]\nseeds: [0]\n")
+    (root / "results.parquet").write_bytes(b"not a parquet file")  # no runs/ to rebuild it from
+    result = cli("report", root)
+    assert result.exit_code == 2 and "cannot read results table" in result.output
+    assert "Traceback" not in result.output

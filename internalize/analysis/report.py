@@ -9,22 +9,20 @@ from pathlib import Path
 import numpy as np
 
 from internalize.config import ConfigError
-from internalize.sweep import FigureSpec, SweepSpec, collect, expand, point_keys, read_spec
+from internalize.sweep import FigureSpec, SweepSpec, collect, expand, point_keys, read_spec, read_table
 
 
 def load_table(root: Path, spec: SweepSpec):
     """The results table as the run directories stand now (so a sweep still running, or stopped, gets
     a report of its finished runs); the stored table when the runs cannot be listed from the spec."""
-    import pandas as pd
-
     if (root / "runs").is_dir():
         try:
             return collect(root, spec, expand(spec))
         except ConfigError:  # the experiment's config changed since: keep what the sweep wrote
             pass
-    for name, read in (("results.parquet", pd.read_parquet), ("results.csv", pd.read_csv)):
+    for name in ("results.parquet", "results.csv"):
         if (root / name).exists():
-            return read(root / name)
+            return read_table(root / name)
     raise ConfigError(f"{root} holds no sweep results (results.parquet); run `internalize sweep` first")
 
 
