@@ -322,14 +322,14 @@ class StrategiesBaseSystem(System):
         {task: {fidelity: the mean over inputs of their summed probability (a sample is faithful exactly
         when it is one of them), shares: {strategy: its traces' probability mass, a coinciding trace's
         split evenly as `credit` splits it, over the total}}}; shares None where the mass is zero."""
-        inputs, texts, writers, tasks = [], [], [], []
+        rows = []  # (task, input, framed text, the strategies that write this trace)
         for task, x, problem in zip(self.test["task"], self.test["input"], self.test["problem"]):
             by_trace: dict[str, list[str]] = {}
             for strategy, trace in self.tasks[task].traces(json.loads(problem)).items():
                 if trace is not None:
                     by_trace.setdefault(trace, []).append(strategy)
-            for trace, strategies in by_trace.items():
-                inputs.append(x), texts.append(frame(x, trace)), writers.append(strategies), tasks.append(task)
+            rows += [(task, x, frame(x, trace), strategies) for trace, strategies in by_trace.items()]
+        tasks, inputs, texts, writers = zip(*rows)
         tokens, response = self.encode(pd.DataFrame({"input": inputs, "text": texts}))
         response &= tokens != self.tokenizer.id("<eos>")  # the sample ends at </y>; what follows is not scored
         self.model.eval()
@@ -344,8 +344,8 @@ class StrategiesBaseSystem(System):
                     for s in strategies:
                         mass[s] += p / len(strategies)
             total, count = sum(mass.values()), int((self.test["task"] == name).sum())
-            found[name] = dict(fidelity=total / count,
-                               shares={s: m / total for s, m in mass.items()} if total > 0 else None)
+            found[name] = dict(fidelity=float(total / count),
+                               shares={s: float(m / total) for s, m in mass.items()} if total > 0 else None)
         return found
 
     def strategy_probes(self) -> dict:
