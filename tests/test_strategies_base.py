@@ -1,4 +1,6 @@
 """The base model's training stream: task.fresh draws new examples, never a held-out input."""
+import json
+
 import torch
 
 from internalize.config import load
@@ -144,7 +146,6 @@ class Uniform(torch.nn.Module):
 
 
 def test_exact_shares_score_each_canonical_trace_once_up_to_its_closing():
-    import json
     s = system("task.per_task=400")
     s.model = Uniform(len(s.tokenizer))
     found = s.exact_shares()

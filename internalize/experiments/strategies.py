@@ -12,8 +12,8 @@ the strategies that write it), and the response loss (nats per response) against
 strategy entropy, the floor of that loss for a model that knows every strategy but not which one
 an example used. One sample an input leaves the shares noisy (about 500 inputs a task at the default
 3,000); `exact_shares` reads what the samples estimate off the model itself, every canonical trace
-of every test input scored, and sets those shares against the ones training draws from. Linear probes (internalize.analysis.probes) on the test examples, teacher forced,
-decode the strategy from the embeddings and every block's residual stream, per task, layer and
+of every test input scored, and sets those shares against the ones training draws from. Linear
+probes (internalize.analysis.probes) on the test examples, teacher forced, decode the strategy from the embeddings and every block's residual stream, per task, layer and
 eighth of the trace, against chance; examples whose trace two strategies write alike are left out
 (their label is undecidable from the trace). The probes are fitted once, for the summary.
 """
@@ -303,13 +303,17 @@ class StrategiesBaseSystem(System):
         return dict(fidelity=float(np.mean(list(sampled.values()))), fidelity_greedy=float(np.mean(list(greedy.values()))))
 
     @torch.no_grad()
+    def scored(self, tokens: torch.Tensor, response: torch.Tensor) -> np.ndarray:
+        """(N,) each row's summed response loss in eval mode, 256 rows at a time (float64, on the CPU)."""
+        self.model.eval()
+        losses = torch.cat([self.response_losses(tokens[i:i + 256].to(self.device), response[i:i + 256].to(self.device))
+                            for i in range(0, len(tokens), 256)])
+        self.model.train()
+        return losses.cpu().double().numpy()
+
     def response_loss_and_entropy(self) -> tuple[dict, dict]:
         frame = self.test
-        tokens, response = (t.to(self.device) for t in self.test_data)
-        self.model.eval()
-        losses = torch.cat([self.response_losses(tokens[i:i + 256], response[i:i + 256])
-                            for i in range(0, len(tokens), 256)]).cpu().numpy()
-        self.model.train()
+        losses = self.scored(*self.test_data)
         entropy = np.array([strategy_entropy(self.tasks[t], json.loads(p)) for t, p in zip(frame["task"], frame["problem"])])
         tasks = frame["task"].to_numpy()
         return ({n: float(losses[tasks == n].mean()) for n in self.names},
@@ -332,21 +336,14 @@ class StrategiesBaseSystem(System):
         tasks, inputs, texts, writers = zip(*rows)
         tokens, response = self.encode(pd.DataFrame({"input": inputs, "text": texts}))
         response &= tokens != self.tokenizer.id("<eos>")  # the sample ends at </y>; what follows is not scored
-        self.model.eval()
-        nll = torch.cat([self.response_losses(tokens[i:i + 256].to(self.device), response[i:i + 256].to(self.device))
-                         for i in range(0, len(tokens), 256)]).cpu().double().numpy()
-        self.model.train()
-        found = {}
-        for name in self.names:
-            mass = dict.fromkeys(TASKS[name].strategies, 0.0)
-            for p, strategies, task in zip(np.exp(-nll), writers, tasks):
-                if task == name:
-                    for s in strategies:
-                        mass[s] += p / len(strategies)
-            total, count = sum(mass.values()), int((self.test["task"] == name).sum())
-            found[name] = dict(fidelity=float(total / count),
-                               shares={s: float(m / total) for s, m in mass.items()} if total > 0 else None)
-        return found
+        mass = {n: dict.fromkeys(TASKS[n].strategies, 0.0) for n in self.names}
+        for p, strategies, task in zip(np.exp(-self.scored(tokens, response)), writers, tasks):
+            for s in strategies:
+                mass[task][s] += p / len(strategies)
+        counts, total = self.test["task"].value_counts(), {n: sum(m.values()) for n, m in mass.items()}
+        return {n: dict(fidelity=float(total[n] / counts[n]),
+                        shares={s: float(v / total[n]) for s, v in m.items()} if total[n] > 0 else None)
+                for n, m in mass.items()}
 
     def strategy_probes(self) -> dict:
         """summary["probes"] (see probes.strategy_probes), plus "excluded": {task: coinciding examples}."""
