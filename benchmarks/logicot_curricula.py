@@ -14,7 +14,7 @@ import statistics
 import torch
 
 from internalize.config import load
-from internalize.experiments import build
+from internalize.registry import build
 from internalize.train import Discard, train
 
 

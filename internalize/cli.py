@@ -90,8 +90,8 @@ def sweep(
                                              help="a kept results table of this sweep: its finished runs count as done"),
 ) -> None:
     """Run every unfinished run of a sweep, then write its results table and report."""
-    from internalize.analysis.report import write_report
     from internalize.sweep import run_sweep
+    from internalize.sweep.report import write_report
 
     if executor not in ("local", "ray"):
         fail(f"unknown executor {executor!r}; choose local or ray")
@@ -119,7 +119,7 @@ def evaluate_command(
     overrides: List[str] = typer.Option([], "--set", help="change an eval.* setting: --set eval.test_size=3000"),
 ) -> None:
     """Evaluate a finished run's final weights again with the current code; write DIR/evaluation.json."""
-    from internalize.experiments import describe
+    from internalize.registry import describe
     from internalize.runner import evaluate_run
 
     try:
@@ -133,15 +133,12 @@ def evaluate_command(
 @app.command("report")
 def report_command(directory: Path = typer.Argument(..., help="a sweep directory")) -> None:
     """Write DIR/report.md: tables over seeds and the sweep's figures."""
-    from internalize.analysis.report import write_report
+    from internalize.sweep.report import write_report
 
     try:
         console.print(f"report: {write_report(directory)}", highlight=False)
     except ConfigError as err:
         fail(str(err))
-
-
-DATASETS = ("strategies",)
 
 
 @app.command()
@@ -154,23 +151,25 @@ def data(
                                      "linear_equation=columns (repeatable; train with the same task.formats)"),
 ) -> None:
     """Write a benchmark's splits as Parquet and print its per-task statistics."""
-    if name not in DATASETS:
-        fail(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}")
+    from internalize import registry
+
+    try:
+        write = registry.dataset(name)
+    except ValueError as err:
+        fail(str(err))
     formats = dict(f.split("=", 1) for f in format if "=" in f)
     if len(formats) != len(format):
         fail(f"--format takes TASK=FORMAT, e.g. linear_equation=columns (got {[f for f in format if '=' not in f][0]!r})")
-    from internalize.tasks.strategies import DEFAULT_PER_TASK, format_stats, write_dataset
-
     existing = [f.name for f in (out / f"{s}.parquet" for s in ("train", "validation", "test")) if f.exists()]
     if existing:
         fail(f"{out} already holds {', '.join(existing)}; choose another --out")
     try:
-        stats = write_dataset(out, seed, DEFAULT_PER_TASK if per_task is None else per_task, formats)
+        stats = write(out, seed, per_task, formats)
     except ValueError as err:
         fail(str(err))
     except OSError as err:
         fail(f"cannot write to {out}: {err.strerror or err}", code=1)
-    console.print(format_stats(stats), highlight=False, markup=False)
+    console.print(stats, highlight=False, markup=False)
     console.print(f"wrote {out}/train.parquet, validation.parquet, test.parquet", highlight=False)
 
 
@@ -221,7 +220,7 @@ STANDARD = ("stage", "steps", "samples_seen", "val_loss", "train_seconds")
 
 def report(summary: dict, path: Path) -> None:
     """The per-stage table (what each stage is, its cost, its figures), then the run's headline."""
-    from internalize.experiments import describe
+    from internalize.registry import describe
 
     rows = summary["per_stage"]
     keys = list(rows[0])

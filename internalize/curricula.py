@@ -13,6 +13,9 @@ from typing import Callable
 
 import numpy as np
 import torch
+from pydantic import model_validator
+
+from internalize.config import Strict
 
 
 @dataclass(frozen=True)
@@ -172,3 +175,19 @@ def get_curriculum(name: str, per_stage: int = 1, smoothing: float = 0.0) -> Cur
     if name not in CURRICULA:
         raise ValueError(f"unknown curriculum {name!r}; choose from {sorted(CURRICULA)}")
     return CURRICULA[name](per_stage, smoothing)
+
+
+class CurriculumConfig(Strict):
+    """The `curriculum` section, read by the systems that remove chain-of-thought tokens in stages."""
+    # which thinking tokens each stage hides: log_icot one tree level a stage; stepwise one token;
+    # left / right from that end; inductive doubling strides; mixture one stage over every removal
+    # length with a length hint; full_cot nothing; e2e everything from the start (answer-only loss)
+    name: str = "log_icot"
+    per_stage: int = 1  # tokens removed per stage (stepwise, left, right)
+    smoothing: float = 0.0  # Deng et al.'s removal smoothing lambda (0: off; they use 4)
+
+    @model_validator(mode="after")
+    def _known(self):
+        if self.name not in CURRICULA:
+            raise ValueError(f"name {self.name!r} is not a curriculum; choose from {', '.join(CURRICULA)}")
+        return self

@@ -1,8 +1,8 @@
 """docs/config.md, generated from the pydantic models: every key, its default, its choices.
 
 `internalize reference --out docs/config.md` writes it; a test fails when the committed file is
-stale. A key's description is the comment on its line in config.py, or the comment lines right
-above it.
+stale. A key's description is the comment on its line where its section is declared, or the
+comment lines right above it.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Literal, Union
 from pydantic import BaseModel
 
 from internalize import config as configs
+from internalize import registry
 
 FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")
 COMMENT = re.compile(r"^\s+#\s?(.*)$")
@@ -27,8 +28,11 @@ or in a sweep's `grid` or `cases`. Unknown keys are refused. Experiments' own YA
 (`internalize/configs/`) change many defaults: `internalize run NAME` writes the resolved config
 to the run's `config.yaml`.
 
-This page is generated from `internalize/config.py` by `internalize reference --out docs/config.md`;
-a test fails when it is stale.
+The top-level keys and the shared sections (train, eval, log) are the core's
+(`internalize/config.py`); every other section belongs to the systems that read it, and a config
+holds only its system's sections: a key of a section its system does not read is refused.
+This page is generated from the code by `internalize reference --out docs/config.md`; a test
+fails when it is stale.
 """
 
 
@@ -59,17 +63,14 @@ def choices(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _registered(module: str, attribute: str):
-    def names() -> str:
-        import importlib
+def _curricula() -> str:
+    from internalize.curricula import CURRICULA
 
-        return ", ".join(f"`{name}`" for name in getattr(importlib.import_module(module), attribute))
-    return names
+    return ", ".join(f"`{name}`" for name in CURRICULA)
 
 
 # keys whose choices are a registry's names, not a Literal
-REGISTRIES = {"system": _registered("internalize.experiments", "SYSTEMS"),
-              "curriculum.name": _registered("internalize.curricula", "CURRICULA")}
+REGISTRIES = {"system": lambda: ", ".join(f"`{name}`" for name in registry.names()), "curriculum.name": _curricula}
 
 
 def shown(value) -> str:
@@ -97,8 +98,8 @@ def rows(cls: type[BaseModel], prefix: str, skip: tuple[str, ...] = ()) -> tuple
 
 def section(title: str, cls: type[BaseModel], prefix: str, skip: tuple[str, ...] = ()) -> list[str]:
     lines, nested = rows(cls, prefix, skip)
-    doc = (inspect.getdoc(cls) or "") if cls.__doc__ != BaseModel.__doc__ else ""
-    out = [f"## {title}", ""] + ([doc, ""] if doc and cls.__module__ == configs.__name__ and cls.__doc__ else [])
+    doc = inspect.getdoc(cls) if cls.__doc__ and cls.__doc__ != BaseModel.__doc__ else ""
+    out = [f"## {title}", ""] + ([doc, ""] if doc else [])
     out += ["| key | default | choices | what it does |", "|---|---|---|---|", *lines, ""]
     for child, child_prefix in nested:
         out += section(f"`{child_prefix.rstrip('.')}`", child, child_prefix)
@@ -106,20 +107,24 @@ def section(title: str, cls: type[BaseModel], prefix: str, skip: tuple[str, ...]
 
 
 def config_reference() -> str:
-    from internalize.experiments import SYSTEMS
-
     out = [HEADER, "## Top level", "",
            "| key | default | choices | what it does |", "|---|---|---|---|"]
-    top, _ = rows(configs.Config, "", skip=("task", "model", "curriculum", "train", "eval", "log"))
+    top, _ = rows(configs.Config, "", skip=configs.SHARED)
     out += top + [""]
-    for name, entry in SYSTEMS.items():
-        out.append(f"- system `{name}` trains task {' or '.join(entry.tasks)} with model "
-                   f"{' or '.join(entry.models)}")
+    readers: dict[tuple[str, type], list[str]] = {}  # (section, class) -> the systems that read it
+    for name in registry.names():
+        reads = configs.sections(name)
+        out.append(f"- system `{name}` reads " + ", ".join(
+            f"`{k}`" + (f" (`{k}.name={configs.part_name(c)}`)" if configs.part_name(c) else "") for k, c in reads.items()))
+        for key, cls in reads.items():
+            if cls is not configs.Config.model_fields.get(key, None) and key in registry.get(name).sections:
+                readers.setdefault((key, cls), []).append(name)
     out.append("")
-    for part, classes in (("task", configs.TASKS), ("model", configs.MODELS)):
-        for cls in classes:
-            name = cls.model_fields["name"].default
-            out += section(f"`{part}` with `{part}.name={name}`", cls, f"{part}.", skip=("name",))
-    for part in ("curriculum", "train", "eval", "log"):
-        out += section(f"`{part}`", configs.Config.model_fields[part].annotation, f"{part}.")
+    for key in configs.SHARED:
+        out += section(f"`{key}` (every system)", configs.Config.model_fields[key].annotation, f"{key}.")
+    for (key, cls), names in readers.items():
+        shared = configs.Config.model_fields.get(key)
+        skip = (("name",) if configs.part_name(cls) else ()) + (tuple(shared.annotation.model_fields) if shared is not None else ())
+        title = f"`{key}` of " + ", ".join(f"`{n}`" for n in names) + (" (beside the shared keys)" if shared else "")
+        out += section(title, cls, f"{key}.", skip=skip)
     return "\n".join(out).rstrip() + "\n"

@@ -11,8 +11,6 @@ import torch
 from internalize import config as configs
 from internalize.config import Config, ConfigError
 
-TIMINGS = ("train_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy")
-
 
 def saved_config(path: Path) -> Config:
     """The resolved config of an existing run directory."""
@@ -27,26 +25,9 @@ def first_solved(per_stage: list[dict], headline: str) -> dict | None:
     return next((r for r in per_stage if r[headline] >= 1.0), None)
 
 
-def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init") -> None:
-    """Load the weights of the finished run at `folder` into `model`; a ConfigError naming the config
-    `key` that gave the folder when it holds none that fit."""
-    from internalize.runs import load_checkpoint
-    from internalize.train import load_weights
-
-    if not (folder / "config.yaml").is_file():
-        raise ConfigError(f"{key}: {folder} is not a run directory (no config.yaml)")
-    found = load_checkpoint(folder)
-    if found is None:
-        raise ConfigError(f"{key}: {folder} has no checkpoint")
-    try:
-        load_weights(model, found[1])
-    except ValueError as err:
-        raise ConfigError(f"{key}: {folder}: {err}") from None
-
-
 def seeded_system(config: Config):
     """The config's system, built after seeding torch with its seed; a bad config is a ConfigError."""
-    from internalize.experiments import build
+    from internalize.registry import build
 
     torch.manual_seed(config.seed)
     try:
@@ -57,7 +38,8 @@ def seeded_system(config: Config):
 
 def identity(config: Config) -> dict:
     """The fields that open every summary: which experiment, system, task and seed."""
-    return dict(experiment=config.experiment, system=config.system, task=config.task.name, seed=config.seed)
+    task = getattr(config, "task", None)
+    return dict(experiment=config.experiment, system=config.system, task=getattr(task, "name", None), seed=config.seed)
 
 
 def execute(config: Config, path: Path, show: bool = True, resume: bool = False) -> dict:
@@ -66,7 +48,7 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     Bad input raises ConfigError before anything is written. With `resume`, a finished run is
     left as it is, a run with a checkpoint continues from it, and one without starts over in place.
     """
-    from internalize.runs import Run, load_checkpoint
+    from internalize.runs import Run, load_checkpoint, start_from
     from internalize.train import train
 
     path = Path(path)
@@ -75,7 +57,7 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     started = time.perf_counter()
     system = seeded_system(config)
     checkpoint = load_checkpoint(path) if resume else None
-    if checkpoint is None and getattr(config.model, "init", None) is not None:
+    if checkpoint is None and getattr(getattr(config, "model", None), "init", None) is not None:
         start_from(system.model, Path(config.model.init))
     if resume:
         run = Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"] if checkpoint else 0)
@@ -87,15 +69,22 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     return finish(config, system, run, result, started, setup_seconds)
 
 
-def finish(config: Config, system, run, result: dict, started: float, setup_seconds: float) -> dict:
-    """After training: the summary, the loss curve, the per-stage and the system's figures."""
-    from internalize.analysis import plots
-    from internalize.runs import read_metrics
-
+def summarise(config: Config, system, result: dict) -> dict:
+    """A trained run's summary: who it is, the system's final figures, the trainer's counters, and
+    the samples (and seconds) until the headline figure first reached 1.0."""
     summary = dict(**identity(config), **system.summary(), **result)
     solved = first_solved(result["per_stage"], system.headline)
     summary["samples_to_full_accuracy"] = solved["samples_seen"] if solved else None
     summary["seconds_to_full_accuracy"] = solved["train_seconds"] if solved else None
+    return summary
+
+
+def finish(config: Config, system, run, result: dict, started: float, setup_seconds: float) -> dict:
+    """After training: the summary, the loss curve, the per-stage and the system's figures."""
+    from internalize import plots
+    from internalize.runs import read_metrics
+
+    summary = summarise(config, system, result)
     plots.loss_curve(read_metrics(run.path), run.figures / "val_loss.png",
                      f"{config.experiment}: validation loss per stage")
     for key, chance in system.stage_metrics.items():
@@ -111,8 +100,7 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     """Evaluate a finished run's final weights again with the current code (a metric added since it
     ran, say), its `eval.*` settings changed by `overrides` (more test examples, say): the system's
     summary, without training figures, written to PATH/evaluation.json."""
-    from internalize.runs import atomic_write, load_checkpoint
-    from internalize.train import load_weights
+    from internalize.runs import atomic_write, load_checkpoint, load_weights
 
     path = Path(path)
     if not (path / "config.yaml").exists():
@@ -146,17 +134,12 @@ class Split:
         pass  # a stack is not resumed: an interrupted one starts over
 
 
-def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
+def train_stacked(group: list[Config], recorder=None) -> tuple:
     """Train runs that differ only in their seed at once (the system's registry entry names a stacked
-    class) and write each into its path as `execute` would: config, metrics, figures, summary, and a
-    checkpoint of its final weights. Directories in `paths` are started over."""
-    import shutil
+    class): the stacked system, and each seed's own (system, training result) as if it had trained alone."""
+    from internalize.registry import stacked_class
+    from internalize.train import Discard, train
 
-    from internalize.experiments import stacked_class
-    from internalize.runs import Run
-    from internalize.train import TrainState, model_tensors, train
-
-    started = time.perf_counter()
     first = group[0]
     if any(c.model_copy(update={"seed": first.seed}) != first for c in group):
         raise ConfigError("stacked runs must differ in their seed alone")
@@ -165,16 +148,36 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
         system = stacked_class(first.system)(first, [c.seed for c in group])
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    recorder = Discard() if recorder is None else recorder(system)
+    train(system, first.train.model_copy(update={"checkpoint_every": 0}), torch.Generator().manual_seed(0),
+          recorder, show_progress=False)
+    return system, [system.seed(i) for i in range(len(group))]
+
+
+def stacked_summaries(group: list[Config]) -> list[dict]:
+    """Each seed's summary of a stacked training, in memory (no run directory)."""
+    _, seeds = train_stacked(group)
+    return [summarise(config, solo, result) for config, (solo, result) in zip(group, seeds)]
+
+
+def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
+    """Train runs that differ only in their seed at once and write each into its path as `execute`
+    would: config, metrics, figures, summary, and a checkpoint of its final weights. Directories in
+    `paths` are started over."""
+    import shutil
+
+    from internalize.runs import Run, model_tensors
+    from internalize.train import TrainState
+
+    started = time.perf_counter()
     runs = []
     for config, path in zip(group, paths):
         shutil.rmtree(path, ignore_errors=True)
         runs.append(Run.create(Path(path), config))
     setup_seconds = (time.perf_counter() - started) / len(runs)
-    train(system, first.train.model_copy(update={"checkpoint_every": 0}), torch.Generator().manual_seed(0),
-          Split(system, runs), show_progress=False)
+    system, seeds = train_stacked(group, lambda system: Split(system, runs))
     summaries = []
-    for i, (config, run) in enumerate(zip(group, runs)):
-        solo, result = system.seed(i)
+    for i, (config, run, (solo, result)) in enumerate(zip(group, runs, seeds)):
         state = TrainState(stage=result["stages"], step=result["steps"], samples=result["samples_seen"],
                            seconds=result["train_seconds"], per_stage=result["per_stage"])
         tensors = {f"model.{k}": v for k, v in model_tensors(solo.model)[0].items()}

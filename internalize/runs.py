@@ -26,6 +26,8 @@ from safetensors.torch import save_file
 from internalize.config import Config, ConfigError, to_yaml
 
 CHECKPOINT = "last.safetensors"
+# a summary's wall-clock fields: everything else in it repeats exactly for the same config and seed
+TIMINGS = ("train_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy")
 
 
 def atomic_write(path: Path, write) -> None:
@@ -154,3 +156,41 @@ def load_checkpoint(path: Path) -> Optional[tuple[dict, dict[str, torch.Tensor]]
     if digest(tensors) != expected:
         raise ConfigError(f"corrupt checkpoint {file}: its tensors do not match their checksum")
     return state, tensors
+
+
+def model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """The model's state, each storage once (tied weights are saved under their first name), and the aliases."""
+    unique, aliases, seen = {}, set(), set()
+    for key, value in model.state_dict().items():
+        if value.data_ptr() in seen:
+            aliases.add(key)
+        else:
+            seen.add(value.data_ptr())
+            unique[key] = value
+    return unique, aliases
+
+
+def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Load a snapshot's `model.*` tensors into `model` (tied weights come with their first name);
+    ValueError when they do not fit it."""
+    try:
+        missing, unexpected = model.load_state_dict(
+            {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
+    except RuntimeError as err:  # a shape differs
+        raise ValueError(f"the checkpoint does not fit the model: {str(err).splitlines()[-1].strip()}") from None
+    if unexpected or set(missing) - model_tensors(model)[1]:
+        raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
+
+
+def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init") -> None:
+    """Load the weights of the finished run at `folder` into `model`; a ConfigError naming the config
+    `key` that gave the folder when it holds none that fit."""
+    if not (folder / "config.yaml").is_file():
+        raise ConfigError(f"{key}: {folder} is not a run directory (no config.yaml)")
+    found = load_checkpoint(folder)
+    if found is None:
+        raise ConfigError(f"{key}: {folder} has no checkpoint")
+    try:
+        load_weights(model, found[1])
+    except ValueError as err:
+        raise ConfigError(f"{key}: {folder}: {err}") from None

@@ -1,7 +1,7 @@
 """The System protocol: everything the trainer, the runner and the command line call on a system.
 
 A system is what the trainer trains (Log-ICoT, a GPT on semiautomata, the sparse-parity theory
-model, ...). It is built from a Config by the registry in `internalize.experiments`, hands the
+model, ...). It is built from a Config through the registry (`internalize.registry`), hands the
 trainer its stages, and evaluates, summarises and draws itself. This file is the one place the
 protocol is declared; the trainer imports it, and never a system.
 """
@@ -12,6 +12,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import torch
+
+VAL_SEED, TEST_SEED = 1_000_003, 2_000_003  # evaluation sets are seeded apart from training
+
+
+def device_for(config) -> torch.device:
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for, but CUDA is not available here")
+    return torch.device(config.device)
 
 
 @dataclass
@@ -76,6 +84,11 @@ class System:
     def describe(summary: dict) -> str:
         """One line of a finished run's headline figures, from its summary.json alone."""
         raise NotImplementedError
+
+    @staticmethod
+    def table_columns(records: list[dict]) -> dict:
+        """Figures a sweep's results table adds to a finished run's row, from its metrics.jsonl records."""
+        return {}
 
 
 class Stacked(System):

@@ -17,6 +17,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from internalize.config import TrainConfig
+from internalize.runs import load_weights, model_tensors
 from internalize.system import Stage, System  # noqa: F401  (Stage: re-exported for callers)
 
 
@@ -95,18 +96,6 @@ class TrainState:
     system: dict = field(default_factory=dict)  # the system's own state (System.state)
 
 
-def model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
-    """The model's state, each storage once (tied weights are saved under their first name), and the aliases."""
-    unique, aliases, seen = {}, set(), set()
-    for key, value in model.state_dict().items():
-        if value.data_ptr() in seen:
-            aliases.add(key)
-        else:
-            seen.add(value.data_ptr())
-            unique[key] = value
-    return unique, aliases
-
-
 def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict:
     """Every tensor a checkpoint holds; optimizer moments are keyed by parameter name."""
     tensors = {f"model.{k}": v for k, v in model_tensors(model)[0].items()}
@@ -116,18 +105,6 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator
             tensors[f"optim.{names[id(p)]}.{key}"] = torch.as_tensor(value)
     tensors["rng.train"] = generator.get_state()
     return tensors
-
-
-def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    """Load a snapshot's `model.*` tensors into `model` (tied weights come with their first name);
-    ValueError when they do not fit it."""
-    try:
-        missing, unexpected = model.load_state_dict(
-            {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
-    except RuntimeError as err:  # a shape differs
-        raise ValueError(f"the checkpoint does not fit the model: {str(err).splitlines()[-1].strip()}") from None
-    if unexpected or set(missing) - model_tensors(model)[1]:
-        raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
 
 
 def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], generator: torch.Generator,

@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from internalize.cli import app
-from internalize.runner import TIMINGS
+from internalize.runs import TIMINGS
 
 
 class Memory:

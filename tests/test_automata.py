@@ -3,8 +3,16 @@ import pytest
 import torch
 
 from internalize.config import ConfigError, load
-from internalize.tasks.automata import (AutomatonTask, action_distribution, alternating4, cyclic, dihedral, from_yaml,
-                                        make, symmetric3)
+from internalize.systems.automata.semiautomata import (
+    AutomatonTask,
+    action_distribution,
+    alternating4,
+    cyclic,
+    dihedral,
+    from_yaml,
+    make,
+    symmetric3,
+)
 
 TABLE = """name: three_cycle_with_reset
 states: [a, b, c]
@@ -88,8 +96,8 @@ def encode_one(system, stage, seed=0):
 
 
 def test_token_formats_of_left_removal_and_e2e():
-    from internalize.experiments import build
-    from internalize.experiments.automata import ANS, SEP
+    from internalize.registry import build
+    from internalize.systems.automata.system import ANS, SEP
 
     system = build(load("automata_regimes", ["task.length=5"], scale="smoke"))
     actions, states, tokens, target = encode_one(system, 0)
@@ -107,8 +115,8 @@ def test_token_formats_of_left_removal_and_e2e():
 
 
 def test_mixture_hint_counts_the_kept_tokens_and_keep_positions_blanks_them():
-    from internalize.experiments import build
-    from internalize.experiments.automata import PAD
+    from internalize.registry import build
+    from internalize.systems.automata.system import PAD
 
     mixture = build(load("automata_regimes", ["task.length=5", "curriculum.name=mixture"], scale="smoke"))
     actions, states, tokens, target = encode_one(mixture, 0, seed=3)
@@ -122,7 +130,7 @@ def test_mixture_hint_counts_the_kept_tokens_and_keep_positions_blanks_them():
 
 
 def test_bare_answer_follows_sep_only_when_no_cot_is_left():
-    from internalize.experiments import build
+    from internalize.registry import build
 
     bare = build(load("automata_regimes", ["task.length=5", "model.bare_answer=true"], scale="smoke"))
     plain = build(load("automata_regimes", ["task.length=5"], scale="smoke"))

@@ -29,7 +29,7 @@ def test_the_flop_count_grows_as_it_should():
 
 def test_the_gpt2_twin_gives_the_gpts_logits_and_tokens():
     pytest.importorskip("transformers")
-    from internalize.models.hf import to_gpt2
+    from internalize.models.gpt2 import to_gpt2
 
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(40, 48, 64, 2, 4)).eval()

@@ -1,4 +1,5 @@
 import json
+
 import pandas as pd
 import pytest
 import torch
@@ -43,7 +44,7 @@ def test_smoke_run_of_every_config(cli, tmp_path, name):
             examples = sum(v["examples"] for v in lengths.values())
             assert row["fidelity"] == pytest.approx(sum(v["fidelity"] * v["examples"] for v in lengths.values()) / examples)
             # the unfaithful greedy samples shown are unfaithful, and there are as many as the greedy share says
-            from internalize.tasks.strategies import TASKS, validate
+            from internalize.systems.strategies.benchmark import TASKS, validate
 
             failures = row["greedy_failures"]
             assert len(failures) == min(5, round((1 - row["fidelity_greedy"]) * examples))

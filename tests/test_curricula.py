@@ -1,5 +1,4 @@
 import pytest
-
 import torch
 
 from internalize.curricula import get_curriculum

@@ -27,7 +27,7 @@ def test_the_committed_config_reference_is_current():
 
 def test_the_config_reference_names_every_key():
     text = config_reference()
-    for key in ("task.pairing", "task.automaton", "model.bare_answer", "train.theory.row_step", "log.tensorboard"):
+    for key in ("task.pairing", "task.automaton", "model.bare_answer", "theory.row_step", "log.tensorboard"):
         assert f"| `{key}` |" in text
     assert "| `train.batch_size` | `1024` | int |" in text  # the default and type come from the model
     assert "| `curriculum.name` | `log_icot` | `log_icot`, `stepwise`" in text

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from internalize import config as configs
-from internalize import curricula, experiments
+from internalize import curricula, registry
 from internalize.reference import config_reference
 from tests.conftest import read_summary
 
@@ -18,18 +18,16 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 @pytest.fixture
 def clean_registries():
     """Whatever the example registers is gone afterwards (the config reference must not see it)."""
-    saved = dict(experiments.SYSTEMS), dict(curricula.CURRICULA), configs.TASKS, configs.MODELS
+    registry.names()  # the built-ins registered first, so that what is saved holds them
+    saved = dict(registry.SYSTEMS), dict(curricula.CURRICULA)
     sys.path.insert(0, str(EXAMPLES))
     yield
     sys.path.remove(str(EXAMPLES))
     sys.modules.pop("running_sum", None)
-    experiments.SYSTEMS.clear()
-    experiments.SYSTEMS.update(saved[0])
+    registry.SYSTEMS.clear()
+    registry.SYSTEMS.update(saved[0])
     curricula.CURRICULA.clear()
     curricula.CURRICULA.update(saved[1])
-    configs.TASKS, configs.MODELS = saved[2], saved[3]
-    configs.register("task", saved[2][-1])  # re-registering a built-in rebuilds the union without the example's
-    configs.register("model", saved[3][-1])
 
 
 @pytest.mark.slow

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from internalize.config import load
-from internalize.experiments import build
 from internalize.models.gpt import GPT, GPTConfig
-from internalize.models.latent import Factorization, gaussian_kl
-from internalize.objectives import LATENT_OBJECTIVES, token_weights
+from internalize.registry import build
+from internalize.systems.strategies.latent import Factorization, gaussian_kl
+from internalize.systems.strategies.objectives import LATENT_OBJECTIVES, token_weights
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -141,7 +141,7 @@ def test_the_response_term_is_one_when_the_generator_is_the_base_and_each_ablati
 
 
 def test_the_kl_weight_warms_up_and_elbo_keeps_one():
-    from internalize.objectives import kl_weight
+    from internalize.systems.strategies.objectives import kl_weight
 
     assert kl_weight("elbo", 0.01, 1.0, 0, 100) == 1.0
     assert kl_weight("model_directed", 0.01, 1.0, 0, 100) == 0.0
@@ -194,7 +194,7 @@ def tiny_hf_model(folder):
 
 
 def test_a_hugging_face_model_behind_the_gpt_interface(tmp_path):
-    from internalize.models.hf import HFCausalLM
+    from internalize.systems.strategies.hf import HFCausalLM
 
     lm = tiny_hf_model(tmp_path / "hf")
     model = HFCausalLM.load(tmp_path / "hf", vocab=43)
@@ -223,7 +223,7 @@ def test_a_hugging_face_model_behind_the_gpt_interface(tmp_path):
 
 @pytest.mark.slow
 def test_the_factorisation_runs_on_a_hugging_face_base(cli, tmp_path):
-    from internalize.models.hf import HFCausalLM
+    from internalize.systems.strategies.hf import HFCausalLM
 
     tiny_hf_model(tmp_path / "hf")
     out = tmp_path / "fz"
@@ -243,8 +243,8 @@ def test_the_factorisation_runs_on_a_hugging_face_base(cli, tmp_path):
 
 
 def test_alignment_among_faithful_pairs_leaves_out_unfaithful_ones():
-    from internalize.experiments.factorize import consistent_when_valid
-    from internalize.tasks.strategies import Verdict
+    from internalize.systems.strategies.benchmark import Verdict
+    from internalize.systems.strategies.factorize import consistent_when_valid
 
     def v(*strategies, valid=True):
         return Verdict(valid, valid, frozenset(strategies), "")
@@ -271,7 +271,7 @@ def test_the_chance_of_alignment_follows_the_shares_it_is_given():
 
 @pytest.mark.slow
 def test_posterior_fidelity_and_strategy_are_scored_against_each_inputs_own_test_trace():
-    from internalize.tasks.strategies import TASKS
+    from internalize.systems.strategies.benchmark import TASKS
 
     system = smoke_system()
     first = {n: TASKS[n].strategies[0] for n in system.names}

@@ -2,9 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from internalize.models import LogICoT, gate_plan
-from internalize.models.logicot import LINKS, allowed_keys
-from internalize.tasks import ParityTree
+from internalize.systems.logicot.model import LINKS, LogICoT, allowed_keys, gate_plan
+from internalize.systems.logicot.parity_tree import ParityTree
 
 
 def hand_set(lay, link="cos", mask="lower_levels", weight=12.0, every_layer=False):
@@ -157,7 +156,7 @@ def test_rounding_makes_weights_integers():
 
 
 def test_child_weights_and_spread_of_a_hand_set_model():
-    from internalize.evaluate import child_weights, representation_spread
+    from internalize.systems.logicot.metrics import child_weights, representation_spread
 
     task = ParityTree(30, 16, seed=0)
     lay = task.layout
@@ -173,8 +172,8 @@ def test_child_weights_and_spread_of_a_hand_set_model():
 
 
 def test_the_weakest_row_names_the_node_whose_attention_strays():
-    from internalize.evaluate import child_attention_mass, weakest_row
-    from internalize.tasks.parity_tree import build_layout
+    from internalize.systems.logicot.metrics import child_attention_mass, weakest_row
+    from internalize.systems.logicot.parity_tree import build_layout
 
     lay = build_layout(8, 4, (1, 3, 4, 6))  # level 1: positions 8, 9 (children 1,3 and 4,6); root 10
     attention = torch.zeros(lay.length, lay.length)

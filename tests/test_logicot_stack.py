@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from internalize import config as configs
-from internalize.experiments.logicot_stack import SeedAdam, StackedLogICoT, train_stacked
-from internalize.runner import execute
+from internalize.runner import execute, stacked_summaries
+from internalize.systems.logicot.stacked import SeedAdam, StackedLogICoT
 from tests.conftest import without_timings
 
 
@@ -28,7 +28,7 @@ def comparable(summary: dict) -> dict:
 @pytest.mark.parametrize("overrides", [[], ["train.warmup_steps=5", "task.k=4"]])
 def test_stacked_seeds_give_each_seeds_own_summary(tmp_path, overrides):
     config = configs.load("logicot", overrides, "smoke")
-    together = train_stacked(config, [0, 1, 2])
+    together = stacked_summaries([config.model_copy(update={"seed": s}) for s in [0, 1, 2]])
     for seed, summary in zip([0, 1, 2], together):
         alone = execute(configs.load("logicot", [*overrides, f"seed={seed}"], "smoke"), tmp_path / f"{seed}",
                         show=False)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from internalize.tasks import ParityTree, check_sizes
+from internalize.systems.logicot.parity_tree import ParityTree, check_sizes
 
 
 def test_layout_n30_k16_matches_the_spec():

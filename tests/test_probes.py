@@ -1,14 +1,14 @@
 import pytest
 import torch
 
-from internalize.analysis.probes import (
+from internalize.models.gpt import GPT, GPTConfig
+from internalize.systems.strategies.probes import (
     BINS,
     fit_probe,
     probe_grid,
     strategy_probes,
     trace_states,
 )
-from internalize.models.gpt import GPT, GPTConfig
 from tests.conftest import read_summary
 
 
@@ -127,7 +127,7 @@ def test_smoke_run_writes_the_probe_heatmap_and_summary(cli, tmp_path):
 
 def test_the_untrained_control_is_the_runs_own_initial_model():
     from internalize.config import load
-    from internalize.experiments import build
+    from internalize.registry import build
 
     config = load("strategies_base", scale="smoke")
     torch.manual_seed(config.seed)  # as the runner does before building

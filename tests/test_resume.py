@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from internalize.analysis.report import write_report
-from internalize.runner import TIMINGS
+from internalize.runs import TIMINGS
+from internalize.sweep.report import write_report
 from tests.conftest import read_summary, unpickling_refused, without_timings
 
 LONG_SMOKE = {  # seconds-long runs that log every step and checkpoint every 7

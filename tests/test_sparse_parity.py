@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from internalize.config import Config, ConfigError, load
-from internalize.experiments import build
-from internalize.models import LinearAttention
+from internalize.config import ConfigError, load, validate
+from internalize.registry import build
 from internalize.runner import execute
-from internalize.tasks import SparseParity
+from internalize.systems.sparse_parity.model import LinearAttention
+from internalize.systems.sparse_parity.task import SparseParity
 
 
 def all_inputs(d):
@@ -105,11 +105,11 @@ def test_end_to_end_from_the_same_start_and_budget_stays_at_chance(tmp_path):
 
 @pytest.mark.slow
 def test_without_rounding_the_row_is_not_integer(tmp_path, monkeypatch):
-    import internalize.experiments
+    import internalize.registry
 
-    systems, build_system = [], internalize.experiments.build
+    systems, build_system = [], internalize.registry.build
     keep = lambda config: systems.append(build_system(config)) or systems[-1]  # noqa: E731
-    monkeypatch.setattr(internalize.experiments, "build", keep)
+    monkeypatch.setattr(internalize.registry, "build", keep)
     summary = run(tmp_path, "sparse_parity_internalize", "train.mode=experiment", "train.optimizer=row_step",
                   "train.advance=steps", "train.steps_per_stage=1", "train.batch_size=20000", "model.quantize=false")
     row = torch.tensor(systems[0].direct_row())  # the answer slot's scores over the bits, as trained
@@ -131,12 +131,12 @@ def test_bad_sparse_parity_configs_are_refused(override, message):
 
 def test_sparse_parity_needs_the_linear_attention_model():
     with pytest.raises(ValueError, match="system sparse_parity cannot train model gpt; use model.name=linear_attention"):
-        Config.model_validate(dict(experiment="x", system="sparse_parity", model=dict(name="gpt")))
-    config = Config.model_validate(dict(experiment="x", system="sparse_parity"))
+        validate(dict(experiment="x", system="sparse_parity", model=dict(name="gpt")))
+    config = validate(dict(experiment="x", system="sparse_parity"))
     assert (config.task.name, config.model.name) == ("sparse_parity", "linear_attention")
 
 
 def test_e2e_gets_the_internalization_budget():
     assert load("sparse_parity_e2e", ["task.k=6"]).train.first_stage_steps == 6
     assert load("sparse_parity_e2e", ["task.k=6", "train.first_stage_steps=2"]).train.first_stage_steps == 2
-    assert np.isclose(load("sparse_parity_internalize").train.theory.row_step, 0.75)
+    assert np.isclose(load("sparse_parity_internalize").theory.row_step, 0.75)

@@ -4,8 +4,8 @@ import json
 import torch
 
 from internalize.config import load
-from internalize.experiments import build
-from internalize.tasks.strategies import TASKS, prompt, unframe, validate
+from internalize.registry import build
+from internalize.systems.strategies.benchmark import TASKS, prompt, unframe, validate
 
 
 def system(*overrides):
@@ -74,8 +74,7 @@ def test_task_weights_set_how_often_each_task_is_drawn():
 
 
 def test_model_init_starts_from_a_runs_weights(cli, tmp_path):
-    from internalize.runner import start_from
-    from internalize.runs import load_checkpoint
+    from internalize.runs import load_checkpoint, start_from
 
     assert cli("run", "strategies_base", "--smoke", "--out", tmp_path / "a").exit_code == 0
     saved = load_checkpoint(tmp_path / "a")[1]

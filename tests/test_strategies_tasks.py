@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from internalize.tasks.strategies import (
+from internalize.systems.strategies.benchmark import (
     CHARS,
     COLUMNS,
     FORMATS,

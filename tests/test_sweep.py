@@ -11,9 +11,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from internalize.analysis.report import group_label, power_fit, spread, stage_table, write_report
 from internalize.config import ConfigError
-from internalize.sweep import TIMING_COLUMNS, available, collect, expand, read_spec, relearn_columns, stage_columns
+from internalize.sweep import (
+    TIMING_COLUMNS,
+    available,
+    collect,
+    expand,
+    read_spec,
+    stage_columns,
+)
+from internalize.sweep.report import (
+    group_label,
+    power_fit,
+    spread,
+    stage_table,
+    write_report,
+)
+from internalize.systems.automata.system import relearn_columns
 
 SMALL = """experiment: logicot
 scale: smoke
@@ -405,9 +419,9 @@ def test_a_sweep_finishes_from_a_kept_table(cli, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
-    from internalize.experiments import build
-    from internalize.runner import saved_config, start_from
-    from internalize.runs import read_metrics
+    from internalize.registry import build
+    from internalize.runner import saved_config
+    from internalize.runs import read_metrics, start_from
 
     file = write(tmp_path, SMALL)
     alone, stacked = tmp_path / "alone", tmp_path / "stacked"
@@ -469,7 +483,7 @@ def test_a_per_task_table_averages_each_task_over_seeds(tmp_path):
 
 
 def test_a_mapping_reads_back_from_json_and_from_older_tables():
-    from internalize.analysis.report import as_mapping
+    from internalize.sweep.report import as_mapping
 
     assert as_mapping('{"a": {"f": 1.0}}') == {"a": {"f": 1.0}}
     assert as_mapping("{'a': {'f': 1.0, 'g': None}}") == {"a": {"f": 1.0, "g": None}}

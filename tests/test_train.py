@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from internalize.config import TrainConfig, load
-from internalize.experiments.theory import RowStep
 from internalize.system import System
+from internalize.theory import RowStep
 from internalize.train import NonFiniteLoss, Stage, train
 from tests.conftest import Memory
 

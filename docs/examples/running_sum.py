@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from internalize import config as configs
-from internalize.curricula import Curriculum, register_curriculum
-from internalize.experiments import Entry, register
+from internalize import registry
+from internalize.curricula import Curriculum, CurriculumConfig, register_curriculum
 from internalize.system import Stage, System
 
 matplotlib.use("Agg")
@@ -121,7 +121,7 @@ class RunningSumSystem(System):
         return f"answer accuracy in one pass {summary['answer_accuracy']:.3f}"
 
 
-configs.register("task", RunningSumTask)
-configs.register("model", SlotMLPModel)
 register_curriculum("halves", lambda per_stage, smoothing: Halves(name="halves"))
-register("running_sum", Entry(f"{__name__}:RunningSumSystem", ("running_sum",), ("slot_mlp",)))
+registry.register("running_sum", registry.SystemEntry(
+    f"{__name__}:RunningSumSystem",
+    sections=dict(task=RunningSumTask, model=SlotMLPModel, curriculum=CurriculumConfig)))

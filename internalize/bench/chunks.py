@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from internalize.bench import Line
-from internalize.bench.timing import side_by_side, threads
+from internalize.bench.timing import Line, side_by_side, threads
 
 CHUNKS = 4
 
 
 def length_chunks(quick: bool) -> list[Line]:
     from internalize import config as configs
-    from internalize.experiments import build
+    from internalize.registry import build
 
     batch = 32 if quick else 96
     overrides = ["task.per_task=200", *(["model.width=64"] if quick else [])]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from internalize.bench import Line
-from internalize.bench.timing import have_transformers, side_by_side, threads
+from internalize.bench.timing import Line, have_transformers, side_by_side, threads
 from internalize.models.gpt import GPT, GPTConfig
 
 
@@ -14,7 +13,7 @@ def sampling(quick: bool) -> list[Line]:
     shape: width 128, depth 4, prompts of 24 tokens, 48 new ones), one thread."""
     if not have_transformers():
         return [Line("sampling", "batched KV-cache sampling against transformers generate", skipped="needs transformers")]
-    from internalize.models.hf import to_gpt2
+    from internalize.models.gpt2 import to_gpt2
 
     batch, prompt_len, new = (8, 12, 12) if quick else (64, 24, 48)
     torch.manual_seed(0)

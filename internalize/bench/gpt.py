@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from internalize.bench import Line
-from internalize.bench.timing import have_transformers, side_by_side, threads
+from internalize.bench.timing import Line, have_transformers, side_by_side, threads
 from internalize.models.gpt import GPT, GPTConfig
 
 VOCAB, DEPTH, HEADS = 64, 4, 4
@@ -33,7 +32,7 @@ def stepper(model: torch.nn.Module, batch: torch.Tensor, hf: bool):
 
 
 def models(width: int, length: int):
-    from internalize.models.hf import to_gpt2
+    from internalize.models.gpt2 import to_gpt2
 
     torch.manual_seed(0)
     ours = GPT(GPTConfig(VOCAB, length, width, DEPTH, HEADS)).train()
@@ -94,7 +93,7 @@ def utilisation(quick: bool) -> list[Line]:
     with threads(1):  # the peak is measured in the same rounds as the steps, so both see the same machine
         a, p = side_by_side(stepper(ours, tokens, False), product, repeats=3 if quick else 10, rounds=2 if quick else 4)
         if have_transformers():
-            from internalize.models.hf import to_gpt2
+            from internalize.models.gpt2 import to_gpt2
 
             b, p2 = side_by_side(stepper(to_gpt2(ours).train(), tokens, True), product, repeats=3 if quick else 10,
                                  rounds=2 if quick else 4)

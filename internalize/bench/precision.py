@@ -7,9 +7,8 @@ from pathlib import Path
 
 import torch
 
-from internalize.bench import Line
 from internalize.bench.gpt import batch_of, models, stepper
-from internalize.bench.timing import side_by_side, threads
+from internalize.bench.timing import Line, side_by_side, threads
 
 # C_6 counter, left removal, at the smoke scale (T = 6; a full-size pair takes minutes: benchmarks/README.md)
 EXPERIMENT = "automata_direction"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from internalize.bench import Line
+from internalize.bench.timing import Line
 
 
 def startup(quick: bool) -> list[Line]:

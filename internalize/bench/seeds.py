@@ -6,38 +6,33 @@ import time
 
 import torch
 
-from internalize.bench import Line
-from internalize.bench.timing import threads
+from internalize.bench.timing import Line, threads
 
 
 def one_after_another(config, seeds: list[int]) -> list[dict]:
-    from internalize.experiments.logicot import LogICoTSystem
-    from internalize.runner import first_solved
+    from internalize.runner import seeded_system, summarise
     from internalize.train import Discard, train
 
     out = []
     for seed in seeds:
         cfg = config.model_copy(update={"seed": seed})
-        torch.manual_seed(seed)
-        system = LogICoTSystem(cfg)
+        system = seeded_system(cfg)
         result = train(system, cfg.train.model_copy(update={"checkpoint_every": 0}),
                        torch.Generator().manual_seed(seed), Discard(), show_progress=False)
-        solved = first_solved(result["per_stage"], system.headline)
-        out.append(dict(seed=seed, zero_filled_accuracy=system.summary()["zero_filled_accuracy"],
-                        samples_to_full_accuracy=solved["samples_seen"] if solved else None))
+        out.append(summarise(cfg, system, result))
     return out
 
 
 def stacked_seeds(quick: bool) -> list[Line]:
     from internalize import config as configs
-    from internalize.experiments.logicot_stack import train_stacked
+    from internalize.runner import stacked_summaries
 
     count = 4 if quick else 16
     seeds = list(range(count))
     config = configs.load("logicot", [], "smoke" if quick else None)
     with threads(1):
         started = time.perf_counter()
-        together = train_stacked(config, seeds)
+        together = stacked_summaries([config.model_copy(update={"seed": s}) for s in seeds])
         stacked = time.perf_counter() - started
         started = time.perf_counter()
         alone = one_after_another(config, seeds)

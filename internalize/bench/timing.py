@@ -3,9 +3,44 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
 
 import torch
+
+
+@dataclass
+class Line:
+    name: str
+    what: str  # what is compared, in words
+    ratio: Optional[float] = None  # ours / theirs (or the share, for utilisation)
+    goal: Optional[float] = None  # the ratio wanted; None: measured for information
+    ours: Optional[float] = None  # the absolute figures behind the ratio
+    theirs: Optional[float] = None
+    unit: str = ""
+    note: str = ""
+    skipped: Optional[str] = None  # why the line was not measured
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def met(self) -> Optional[bool]:
+        if self.goal is None or self.ratio is None:
+            return None
+        return self.ratio >= self.goal
+
+    @property
+    def verdict(self) -> str:
+        if self.skipped:
+            return f"skipped: {self.skipped}"
+        if self.met is None:
+            return "no goal"
+        return "met" if self.met else f"missed by {self.goal / self.ratio:.2f}x"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "met": self.met, "verdict": self.verdict}
+
+
+Measure = Callable[[bool], list[Line]]
 
 
 @contextlib.contextmanager

@@ -1,5 +1,1 @@
-"""Models: they know positions and shapes, never a task, curriculum or trainer."""
-from internalize.models.linear_attention import LinearAttention
-from internalize.models.logicot import GatePlan, LogICoT, gate_plan
-
-__all__ = ["GatePlan", "LinearAttention", "LogICoT", "gate_plan"]
+"""Models every system may share: the GPT (hooks, KV cache, sampling, injection) and its GPT-2 twin."""

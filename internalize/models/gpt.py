@@ -20,11 +20,15 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
+from pydantic import model_validator
 from torch import nn
+
+from internalize.config import Strict
+
 
 class Inject(NamedTuple):
     """Vectors added to the embeddings: each row's at its slot, or (onward) at its slot and every
@@ -281,3 +285,20 @@ class GPT(nn.Module):
                 attention_mask = F.pad(attention_mask.bool(), (0, 1), value=True)  # (B, S + 1)
             logits, cache = self(token, cache, attention_mask=attention_mask, inject=inject)
         return torch.cat(out, dim=1) if out else prompt.new_zeros(prompt.shape[0], 0)
+
+
+class GPTSection(Strict):
+    """The `model` section of a system that trains the toolkit GPT."""
+    name: Literal["gpt"] = "gpt"
+    width: int = 128  # residual stream width
+    depth: int = 2  # transformer blocks
+    heads: int = 4  # attention heads per block (width must be a multiple)
+    # a finished run directory whose trained weights this run starts from (the same model shape;
+    # a continuation with a schedule of its own). None: random initialisation.
+    init: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if min(self.width, self.depth, self.heads) < 1 or self.width % self.heads:
+            raise ValueError(f"model.width ({self.width}) must be a positive multiple of model.heads ({self.heads})")
+        return self

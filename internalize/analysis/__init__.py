@@ -1,1 +1,0 @@
-"""Analysis: reads run directories and models; the trainer never imports it."""
