@@ -92,7 +92,8 @@ class Directional(Curriculum):
 
     Stage 0 shows the full chain; the last stage hides all of it. With `smoothing` = lambda > 0,
     each training example of a removal stage removes o extra tokens, P(o) proportional to
-    exp(-lambda o) (Deng et al.); stage 0 stays pure chain-of-thought training (decided here).
+    exp(-lambda o) (Deng et al.); stage 0 stays pure chain-of-thought training: smoothing it as well
+    lost some chain-of-thought accuracy (docs/automata_log.md).
     """
 
     name: str = "left"
@@ -119,7 +120,8 @@ class Directional(Curriculum):
 
 @dataclass(frozen=True)
 class Inductive(Curriculum):
-    """Stage s keeps every 2^s-th thinking token (decided here): 2-step, then 4-step compositions."""
+    """Stage s keeps every 2^s-th thinking token: the model learns 2-step, then 4-step compositions,
+    about log2 of the chain's length removal stages in all."""
 
     name: str = "inductive"
     description: str = "stride doubling: stage s keeps every 2^s-th thinking token"

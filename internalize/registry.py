@@ -61,7 +61,7 @@ def discover() -> None:
 
 def names() -> list[str]:
     discover()
-    return list(SYSTEMS)
+    return sorted(SYSTEMS)
 
 
 def get(name: str) -> SystemEntry:

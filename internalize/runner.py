@@ -114,7 +114,6 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     state, tensors = load_checkpoint(path)
     load_weights(system.model, tensors)
     system.load_state(state["train"].get("system") or {})
-    system.stage(system.num_stages - 1)  # a system evaluates in the format of the stage it is in: the last
     found = dict(**identity(config), overrides=list(overrides), **system.summary())
     atomic_write(path / "evaluation.json", lambda p: p.write_text(json.dumps(found, indent=2)))
     return found

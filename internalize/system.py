@@ -52,8 +52,9 @@ class System:
     def after_step(self) -> None:
         """Called after every optimizer step (rounding, clamping)."""
 
-    def evaluate(self) -> dict[str, float]:
-        """The per-stage figures, computed at each stage end (keys of `stage_metrics` among them)."""
+    def evaluate(self, stage: int) -> dict[str, float]:
+        """The per-stage figures, computed at the end of stage `stage` (0-based) in that stage's format
+        (keys of `stage_metrics` among them)."""
         raise NotImplementedError
 
     def optimizer(self, params: list, cfg) -> Optional[torch.optim.Optimizer]:

@@ -2,8 +2,9 @@
 
 With `theory.enabled`, each stage is one normalised row step (RowStep) on one fresh batch of
 `theory.samples` examples, and the weights are rounded to integers after it. The regime fixes the
-trainer's batch size, advance rule and steps per stage and the model's rounding: a config that sets
-any of them otherwise is refused (one error line), never silently rewritten.
+trainer's batch size, advance rule and steps per stage: a config that sets any of them otherwise is
+refused (one error line), never silently rewritten. The model rounds its weights unless the config
+says `model.quantize=false` (the ablation that shows the rounding matters).
 """
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def check(budget: Callable) -> Callable:
         derive(config, "train.batch_size", config.theory.samples or samples)
         derive(config, "train.advance", "steps")
         derive(config, "train.steps_per_stage", 1)
-        derive(config, "model.quantize", True)
+        if "quantize" not in config.model.model_fields_set:  # rounding is the regime's default; off: the ablation
+            config.model.quantize = True
         if config.curriculum.name == "e2e" and e2e_steps is not None and config.train.first_stage_steps is None:
             config.train.first_stage_steps = e2e_steps
     return apply

@@ -212,7 +212,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
             state.seconds += time.perf_counter() - started
             bar.remove_task(task)
             figures = dict(stage=index + 1, **stage.info, steps=state.stage_step, samples_seen=state.samples,
-                           train_seconds=state.seconds, val_loss=state.val, **system.evaluate())
+                           train_seconds=state.seconds, val_loss=state.val, **system.evaluate(index))
             state.per_stage.append(figures)
             recorder.log(dict(event="stage_end", **figures))
             state.stage, state.stage_step = index + 1, 0

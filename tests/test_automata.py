@@ -146,7 +146,7 @@ def test_bare_answer_follows_sep_only_when_no_cot_is_left():
 
     bare.model.generate = oracle
     assert bare.answer_accuracy(actions, states, removed) == 1.0
-    plain.model.generate = oracle  # the spec's format wants <ans> first: the same output is wrong there
+    plain.model.generate = oracle  # the paper's format wants <ans> first: the same output is wrong there
     assert plain.answer_accuracy(actions, states, removed) == 0.0
 
 

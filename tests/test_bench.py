@@ -64,6 +64,7 @@ def test_bench_quick_measures_every_line(cli, tmp_path):
     assert 0 < lines["utilisation_w256"]["ratio"] < 1.5  # a share of the measured peak
 
 
+@pytest.mark.slow
 def test_the_curricula_benchmark_script_runs():
     """benchmarks/ scripts are not imported by the package: run one end to end, as a user would."""
     import subprocess

@@ -134,6 +134,37 @@ def test_bad_input_is_one_clear_line_and_exit_2_and_leaves_no_run(cli, tmp_path,
     assert not out.exists()
 
 
+def experiment_of_each_system() -> dict[str, str]:
+    """One bundled experiment per system (the first, by name)."""
+    found = {}
+    for name in configs.available():
+        found.setdefault(configs.load(name).system, name)
+    return found
+
+
+def test_a_key_of_a_section_the_system_does_not_read_is_one_line_and_exit_2(cli, tmp_path):
+    """Every system against every section another system reads and it does not: one error line, exit
+    2, no run directory (e.g. `run logicot --set objective.name=elbo`, `run strategies_base --set
+    curriculum.name=stepwise`)."""
+    from internalize import registry
+
+    every = {s: set(configs.sections(s)) for s in registry.names()}
+    experiments = experiment_of_each_system()
+    assert set(experiments) == set(every)  # each system has a bundled experiment
+    checked = 0
+    for system, experiment in experiments.items():
+        for section in sorted(set().union(*every.values()) - every[system]):
+            key = {"objective": "name=elbo", "curriculum": "name=stepwise"}.get(section, "x=1")
+            out = tmp_path / f"{system}-{section}"
+            result = cli("run", experiment, "--smoke", "--set", f"{section}.{key}", "--out", out)
+            lines = [line for line in result.output.splitlines() if line.strip()]
+            assert result.exit_code == 2 and len(lines) == 1, result.output
+            assert f"system {system} reads no section '{section}'" in lines[0]
+            assert not out.exists()
+            checked += 1
+    assert checked >= 10  # objective, data, theory, curriculum: each refused somewhere
+
+
 def test_an_existing_run_is_never_overwritten(cli, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -161,6 +192,7 @@ def test_an_unwritable_run_directory_is_one_clear_line(cli, tmp_path):
     assert result.exit_code == 2 and len(lines) == 1 and "cannot write run directory" in lines[0], result.output
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_clear_line(cli, tmp_path, monkeypatch):
     import errno
 
@@ -193,6 +225,7 @@ def test_a_corrupt_or_incomplete_data_directory_is_one_clear_line(cli, tmp_path)
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_data_written_in_one_trace_format_is_refused_in_another(cli, tmp_path):
     data = tmp_path / "columns"
     written = cli("data", "strategies", "--out", data, "--per-task", 20, "--format", "linear_equation=columns")
@@ -209,6 +242,7 @@ def test_data_written_in_one_trace_format_is_refused_in_another(cli, tmp_path):
     assert bad.exit_code == 2 and "TASK=FORMAT" in bad.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["logicot", "automata_regimes"])  # one stage, then several with removed tokens
 def test_evaluating_a_finished_run_again_gives_its_summary(cli, tmp_path, name):
     out = tmp_path / "run"
@@ -221,6 +255,7 @@ def test_evaluating_a_finished_run_again_gives_its_summary(cli, tmp_path, name):
     assert {"experiment", "seed"} <= set(again) and "per_stage" not in again  # training figures stay in summary.json
 
 
+@pytest.mark.slow
 def test_evaluate_can_change_eval_settings_alone(cli, tmp_path):
     out = tmp_path / "run"
     assert cli("run", "strategies_base", "--smoke", "--quiet", "--set", "task.per_task=200", "--out", out).exit_code == 0

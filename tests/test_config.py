@@ -31,7 +31,6 @@ def test_theory_mode_resolves_to_one_rounded_step_per_stage():
     ("train.batch_size=64", "theory.enabled fixes train.batch_size=19215; the config sets train.batch_size=64"),
     ("train.advance=threshold", "theory.enabled fixes train.advance=steps"),
     ("train.steps_per_stage=5", "theory.enabled fixes train.steps_per_stage=1"),
-    ("model.quantize=false", "theory.enabled fixes model.quantize=True"),
     ("train.optimizer=adamw", "theory.enabled steps with its own row step"),
 ])
 def test_a_config_that_conflicts_with_theory_mode_is_refused(override, message):

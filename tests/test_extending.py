@@ -49,8 +49,24 @@ def test_the_example_registers_cleanly(clean_registries):
     config = configs.load(str(EXAMPLES / "running_sum.yaml"))
     assert (config.system, config.task.name, config.model.name, config.curriculum.name) == (
         "running_sum", "running_sum", "slot_mlp", "halves")
-    with pytest.raises(configs.ConfigError, match="system running_sum cannot train model gpt"):
+    with pytest.raises(configs.ConfigError, match="system running_sum cannot train model gpt; use model.name=slot_mlp"):
         configs.load(str(EXAMPLES / "running_sum.yaml"), ["model={name: gpt}"])
+    with pytest.raises(configs.ConfigError, match="system running_sum reads no section 'objective'"):
+        configs.load(str(EXAMPLES / "running_sum.yaml"), ["objective.name=elbo"])
+
+
+def test_a_built_in_system_registers_as_the_example_does(clean_registries):
+    """A fresh interpreter knows no system until a config names one; then the module its entry point
+    names registers it, with the same kind of entry the example's import registers."""
+    import subprocess
+
+    code = ("from internalize import registry; assert not registry.SYSTEMS; "
+            "entry = registry.get('logicot'); print(sorted(registry.SYSTEMS), sorted(entry.sections))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['logicot'] ['curriculum', 'model', 'task', 'theory']"
+    configs.load(str(EXAMPLES / "running_sum.yaml"))
+    mine, built_in = registry.get("running_sum"), registry.get("logicot")
+    assert type(mine) is type(built_in) and set(mine.sections) <= set(built_in.sections)
 
 
 def test_a_missing_import_is_one_error(tmp_path):

@@ -8,6 +8,7 @@ import torch
 from internalize.config import load
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.registry import build
+from internalize.systems.strategies.alignment import draw_pairs, pair_chance
 from internalize.systems.strategies.latent import Factorization, gaussian_kl
 from internalize.systems.strategies.objectives import LATENT_OBJECTIVES, token_weights
 
@@ -121,7 +122,7 @@ def test_the_response_term_is_one_when_the_generator_is_the_base_and_each_ablati
     for name in LATENT_OBJECTIVES:
         system = smoke_system(f"objective.name={name}")
         stage = system.stage(0)  # estimates c on the validation responses
-        val = (*(t.to(system.device) for t in system.val), system.config.seed + 1)
+        val = (*(t.to(system.device) for t in system.bench.val), system.config.seed + 1)
         with torch.no_grad():
             rec, kl, nll = system.terms(val)
         found[name] = (rec, system.c, nll)
@@ -134,7 +135,7 @@ def test_the_response_term_is_one_when_the_generator_is_the_base_and_each_ablati
     assert torch.allclose(tw_rec, md_rec * md_c, atol=1e-5)  # token_weighting: only c removed
     elbo_rec, _, nll = found["elbo"]
     assert torch.allclose(found["beta_elbo"][0], elbo_rec)  # the same response term, a different beta
-    lengths = (system.val[1][:, 1:]).sum(1).float()
+    lengths = (system.bench.val[1][:, 1:]).sum(1).float()
     assert torch.allclose(elbo_rec, nll * lengths, atol=1e-4)  # summed, not averaged
     gs_rec, gs_c, _ = found["global_scale"]
     assert torch.allclose(gs_rec, nll / gs_c, atol=1e-5)  # global_scale: the mean token loss over c
@@ -166,7 +167,7 @@ def test_a_base_run_is_loaded_and_bad_bases_are_one_line(cli, tmp_path):
     tensors = load_checkpoint(base)[1]
     model = GPT(system.net.base_cfg)
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
-    tokens = system.val[0][:4]
+    tokens = system.bench.val[0][:4]
     assert torch.allclose(system.net.reference_logits(tokens), model(tokens)[0], atol=1e-5)
     for setting, message, extra in ((f"model.base={tmp_path}", "is not a run directory", []),
                                     (f"model.base={base}", "trained on other data", ["task.per_task=50"]),
@@ -233,7 +234,7 @@ def test_the_factorisation_runs_on_a_hugging_face_base(cli, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trainable_parameters"] > 0 and 0 <= summary["alignment_chance"] <= 1
     system = smoke_system(f"model.hf_path={tmp_path / 'hf'}")
-    tokens = system.val[0][:4]
+    tokens = system.bench.val[0][:4]
     reference = HFCausalLM.load(tmp_path / "hf", vocab=43)(tokens)[0]
     perturb_adapters(system.net)
     assert torch.allclose(system.net.reference_logits(tokens), reference, atol=1e-5)
@@ -244,7 +245,7 @@ def test_the_factorisation_runs_on_a_hugging_face_base(cli, tmp_path):
 
 def test_alignment_among_faithful_pairs_leaves_out_unfaithful_ones():
     from internalize.systems.strategies.benchmark import Verdict
-    from internalize.systems.strategies.factorize import consistent_when_valid
+    from internalize.systems.strategies.alignment import consistent_when_valid
 
     def v(*strategies, valid=True):
         return Verdict(valid, valid, frozenset(strategies), "")
@@ -257,14 +258,14 @@ def test_alignment_among_faithful_pairs_leaves_out_unfaithful_ones():
 @pytest.mark.slow
 def test_the_chance_of_alignment_follows_the_shares_it_is_given():
     system = smoke_system()
-    src, tgt = system.pairs()
-    tasks = system.test["task"].to_numpy()
+    src, tgt = draw_pairs(system.bench, system.config.eval.pairs, system.config.seed)
+    tasks = system.bench.test["task"].to_numpy()
     assert len(src) > 0 and all(tasks[a] == tasks[b] and a != b for a, b in zip(src, tgt))
-    data = system.chance(src, tgt)
+    data = pair_chance(system.bench, src, tgt, system.shares)
     assert data["linear_equation"] == pytest.approx(sum(p * p for p in system.shares["linear_equation"].values()))
-    always = system.chance(src, tgt, {"linear_equation": {"subtract_first": 1.0, "divide_first": 0.0}})
+    always = pair_chance(system.bench, src, tgt, {"linear_equation": {"subtract_first": 1.0, "divide_first": 0.0}})
     assert always == {"linear_equation": 1.0}  # one strategy everywhere always agrees; other tasks left out
-    assert system.chance(src, tgt, {}) == {}
+    assert pair_chance(system.bench, src, tgt, {}) == {}
     # sorting's strategies coincide on some inputs: chance can only rise above the sum of squared shares
     assert data["sorting"] >= sum(p * p for p in system.shares["sorting"].values()) - 1e-9
 
@@ -274,17 +275,17 @@ def test_posterior_fidelity_and_strategy_are_scored_against_each_inputs_own_test
     from internalize.systems.strategies.benchmark import TASKS
 
     system = smoke_system()
-    first = {n: TASKS[n].strategies[0] for n in system.names}
+    first = {n: TASKS[n].strategies[0] for n in system.bench.names}
 
-    def always_first(frame, temperature, generator, steps=None):  # whatever z says: each task's first strategy
-        return [system.tasks[t].traces(json.loads(p))[first[t]] for t, p in zip(frame["task"], frame["problem"])]
+    def always_first(decode, frame, temperature, generator, steps=None):  # whatever z says: each task's first strategy
+        return [system.bench.tasks[t].traces(json.loads(p))[first[t]] for t, p in zip(frame["task"], frame["problem"])]
 
-    system.generate = always_first
+    system.bench.generate = always_first
     result = system.measure()
-    tasks = system.test["task"].to_numpy()
-    for n in system.names:
+    tasks = system.bench.test["task"].to_numpy()
+    for n in system.bench.names:
         found = result["per_task"][n]
         assert found["fidelity_posterior"] == 1.0 and found["fidelity"] == 1.0
-        keeps = [first[n] in v.strategies for v, t in zip(system.test_verdicts, tasks) if t == n]
+        keeps = [first[n] in v.strategies for v, t in zip(system.bench.test_verdicts, tasks) if t == n]
         assert found["strategy_posterior"] == pytest.approx(np.mean(keeps))
     assert 0 < result["strategy_posterior"] < 1  # the reference traces use other strategies too

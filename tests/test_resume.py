@@ -167,6 +167,7 @@ def test_a_sweep_report_reads_no_pickle(tmp_path, cli):
         assert len(pd.read_parquet(out / "results.parquet")) == 2
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_a_clear_line(cli, tmp_path):
     out = tmp_path / "run"
     result = cli("run", "logicot", "--smoke", "--set", "train.lr=.inf", "--out", out)
@@ -206,7 +207,7 @@ def test_the_trainer_never_checkpoints_non_finite_weights():
                 with torch.no_grad():
                     model.weight.fill_(float("inf"))
 
-        def evaluate(self):
+        def evaluate(self, stage):
             return {}
 
     class Keep:

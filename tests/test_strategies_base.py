@@ -1,6 +1,7 @@
 """The base model's training stream: task.fresh draws new examples, never a held-out input."""
 import json
 
+import pytest
 import torch
 
 from internalize.config import load
@@ -14,44 +15,44 @@ def system(*overrides):
 
 def test_fresh_examples_are_valid_traces_of_unseen_inputs():
     s = system("task.per_task=400")  # 40 validation and 40 test inputs a task to refuse
-    frame = s.fresh_frame(3000, torch.Generator().manual_seed(0))
+    frame = s.bench.fresh_frame(3000, torch.Generator().manual_seed(0))
     assert len(frame) == 3000
-    train_inputs = set(s.frames["train"]["input"])
+    train_inputs = set(s.bench.frames["train"]["input"])
     fresh_seen = 0
     for text in frame["text"]:
         x, trace = unframe(text)
-        task = next(name for name in s.names if validate(name, x, trace).valid)
-        assert (task, x) not in s.held_out
+        task = next(name for name in s.bench.names if validate(name, x, trace).valid)
+        assert (task, x) not in s.bench.held_out
         fresh_seen += x not in train_inputs
     assert fresh_seen > 1000  # mostly inputs the train split does not hold
-    assert max(len(s.tokenizer.encode(t)) for t in frame["text"]) <= s.longest
+    assert max(len(s.bench.tokenizer.encode(t)) for t in frame["text"]) <= s.bench.longest
 
 
 def test_the_held_out_set_is_the_validation_and_test_inputs():
     s = system()
     for split in ("validation", "test"):
-        for task, x in zip(s.frames[split]["task"], s.frames[split]["input"]):
-            assert (task, x) in s.held_out
-    assert not any((t, x) in s.held_out for t, x in zip(s.frames["train"]["task"], s.frames["train"]["input"]))
+        for task, x in zip(s.bench.frames[split]["task"], s.bench.frames[split]["input"]):
+            assert (task, x) in s.bench.held_out
+    assert not any((t, x) in s.bench.held_out for t, x in zip(s.bench.frames["train"]["task"], s.bench.frames["train"]["input"]))
 
 
 def test_fresh_batches_follow_the_generator_and_cover_every_task():
     s = system("task.per_task=400")
-    a = s.sample(64, torch.Generator().manual_seed(5))
-    b = s.sample(64, torch.Generator().manual_seed(5))
-    c = s.sample(64, torch.Generator().manual_seed(6))
+    a = s.bench.sample(64, torch.Generator().manual_seed(5))
+    b = s.bench.sample(64, torch.Generator().manual_seed(5))
+    c = s.bench.sample(64, torch.Generator().manual_seed(6))
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0][:, :10], c[0][:, :10])
-    frame = s.fresh_frame(600, torch.Generator().manual_seed(1))
+    frame = s.bench.fresh_frame(600, torch.Generator().manual_seed(1))
     tasks = {next(n for n in TASKS if validate(n, *unframe(t)).valid) for t in frame["text"]}
     assert tasks == set(TASKS)
 
 
 def test_without_fresh_batches_come_from_the_train_split():
     s = build(load("strategies_base", scale="smoke", overrides=["task.fresh=false"]))
-    tokens, _ = s.sample(32, torch.Generator().manual_seed(0))
-    train = {tuple(row[row != s.tokenizer.pad_id].tolist()) for row in s.data["train"][0]}
-    assert all(tuple(row[row != s.tokenizer.pad_id].tolist()) in train for row in tokens)
+    tokens, _ = s.bench.sample(32, torch.Generator().manual_seed(0))
+    train = {tuple(row[row != s.bench.tokenizer.pad_id].tolist()) for row in s.bench.data["train"][0]}
+    assert all(tuple(row[row != s.bench.tokenizer.pad_id].tolist()) in train for row in tokens)
 
 
 def task_of(text: str) -> str:
@@ -60,19 +61,20 @@ def task_of(text: str) -> str:
 
 def test_task_weights_set_how_often_each_task_is_drawn():
     s = system("task.per_task=400", "task.tasks=[list_sum,sorting,addition]", "task.weights={list_sum: 4}")
-    drawn = [task_of(t) for t in s.fresh_frame(3000, torch.Generator().manual_seed(2))["text"]]
+    drawn = [task_of(t) for t in s.bench.fresh_frame(3000, torch.Generator().manual_seed(2))["text"]]
     assert abs(drawn.count("list_sum") / 3000 - 4 / 6) < 0.03
     assert abs(drawn.count("sorting") / 3000 - 1 / 6) < 0.03
     # from the train split too: a task's rows share its weight, whatever their number
     s = build(load("strategies_base", scale="smoke", overrides=[
         "task.fresh=false", "task.per_task=400", "task.tasks=[list_sum,sorting]", "task.weights={sorting: 3}"]))
-    rows = torch.multinomial(s.row_weights, 4000, replacement=True, generator=torch.Generator().manual_seed(0))
-    share = (s.frames["train"]["task"].iloc[rows.tolist()] == "sorting").mean()
+    rows = torch.multinomial(s.bench.row_weights, 4000, replacement=True, generator=torch.Generator().manual_seed(0))
+    share = (s.bench.frames["train"]["task"].iloc[rows.tolist()] == "sorting").mean()
     assert abs(share - 0.75) < 0.03
-    tokens, _ = s.sample(64, torch.Generator().manual_seed(0))
+    tokens, _ = s.bench.sample(64, torch.Generator().manual_seed(0))
     assert tokens.shape[0] == 64
 
 
+@pytest.mark.slow
 def test_model_init_starts_from_a_runs_weights(cli, tmp_path):
     from internalize.runs import load_checkpoint, start_from
 
@@ -93,7 +95,7 @@ def test_model_init_starts_from_a_runs_weights(cli, tmp_path):
 
 def test_length_chunks_give_each_row_the_loss_it_gets_alone():
     s = system("task.per_task=400", "train.length_chunks=1")
-    tokens, response = s.sample(48, torch.Generator().manual_seed(3))
+    tokens, response = s.bench.sample(48, torch.Generator().manual_seed(3))
     whole = s.response_losses(tokens, response)
     alone = torch.stack([s.response_losses(tokens[i:i + 1], response[i:i + 1]) for i in range(len(tokens))])
     s.config.train.length_chunks = 5  # 48 rows in groups of 10, 10, 10, 10, 8
@@ -114,23 +116,22 @@ def test_generation_budgets_each_prompt_by_its_own_length():
     # a batch decodes only as far as its widest prompt leaves positions: a short prompt with a long trace
     # must not share a batch with a long prompt (it did, and lost its trace's end: "never closes")
     s = system("task.per_task=400")
-    test = s.test.reset_index(drop=True)
-    width = [len(s.tokenizer.encode(prompt(x))) for x in test["input"]]
+    test = s.bench.test.reset_index(drop=True)
+    width = [len(s.bench.tokenizer.encode(prompt(x))) for x in test["input"]]
     wide, short = max(range(len(test)), key=width.__getitem__), min(range(len(test)), key=width.__getitem__)
     assert width[wide] - width[short] > 9  # batched together, the short prompt's budget is cut below its need
     frame = test.iloc[[wide, short] * 3].reset_index(drop=True)
     # the longest trace the short prompt can have: the framed sequence as long as the longest there is
-    frame.loc[frame.index % 2 == 1, "trace"] = "1" * (s.longest - width[short] - 2)
+    frame.loc[frame.index % 2 == 1, "trace"] = "1" * (s.bench.longest - width[short] - 2)
 
     def teacher(ids, mask, steps, temperature, generator, rows):  # writes each row's trace, as far as allowed
-        out = torch.full((ids.shape[0], steps), s.tokenizer.id("<eos>"))
+        out = torch.full((ids.shape[0], steps), s.bench.tokenizer.id("<eos>"))
         for k, i in enumerate(torch.arange(len(frame))[rows].tolist()):
-            written = s.tokenizer.encode(frame["trace"][i] + "</y>")[:steps]
+            written = s.bench.tokenizer.encode(frame["trace"][i] + "</y>")[:steps]
             out[k, :len(written)] = torch.tensor(written)
         return out
 
-    s.decode = teacher
-    assert s.generate(frame, 1.0, torch.Generator(), batch=2) == frame["trace"].tolist()
+    assert s.bench.generate(teacher, frame, 1.0, torch.Generator(), batch=2) == frame["trace"].tolist()
 
 
 class Uniform(torch.nn.Module):
@@ -146,20 +147,20 @@ class Uniform(torch.nn.Module):
 
 def test_exact_shares_score_each_canonical_trace_once_up_to_its_closing():
     s = system("task.per_task=400")
-    s.model = Uniform(len(s.tokenizer))
+    s.model = Uniform(len(s.bench.tokenizer))
     found = s.exact_shares()
-    vocab = len(s.tokenizer)
+    vocab = len(s.bench.tokenizer)
     coinciding = 0
-    for name in s.names:
-        rows = s.test[s.test["task"] == name]
+    for name in s.bench.names:
+        rows = s.bench.test[s.bench.test["task"] == name]
         mass = dict.fromkeys(TASKS[name].strategies, 0.0)
         for problem in rows["problem"]:
-            traces = {st: t for st, t in s.tasks[name].traces(json.loads(problem)).items() if t is not None}
+            traces = {st: t for st, t in s.bench.tasks[name].traces(json.loads(problem)).items() if t is not None}
             for trace in set(traces.values()):
                 writers = [st for st, t in traces.items() if t == trace]
                 coinciding += len(writers) > 1
                 for st in writers:  # len(trace) characters and </y>, one token each; <eos> not scored
-                    mass[st] += vocab ** -(len(s.tokenizer.encode(trace)) + 1) / len(writers)
+                    mass[st] += vocab ** -(len(s.bench.tokenizer.encode(trace)) + 1) / len(writers)
         total = sum(mass.values())
         assert abs(found[name]["fidelity"] - total / len(rows)) <= 1e-3 * total / len(rows)
         for st, share in found[name]["shares"].items():

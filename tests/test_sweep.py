@@ -366,7 +366,7 @@ def test_runs_start_seed_by_seed(tmp_path, monkeypatch):
         for j in jobs:
             on_done(dict(id=j["id"], status="failed", error="not run"))
 
-    monkeypatch.setattr(sweep, "run_local", record)
+    monkeypatch.setattr(sweep.execute, "run_local", record)
     file = write(tmp_path, SMALL)
     (tmp_path / "out" / "runs" / "task.k=4__seed=0").mkdir(parents=True)  # a finished run is skipped
     (tmp_path / "out" / "runs" / "task.k=4__seed=0" / "summary.json").write_text("{}")
@@ -387,7 +387,7 @@ def test_a_sweep_finishes_from_a_kept_table(cli, tmp_path, monkeypatch):
             (Path(j["path"]) / "summary.json").write_text(json.dumps({"score": 10 + int(j["id"][-1])}))
             on_done(dict(id=j["id"], status="done", seconds=0.0))
 
-    monkeypatch.setattr(sweep, "run_local", fake)
+    monkeypatch.setattr(sweep.execute, "run_local", fake)
     file = write(tmp_path, SMALL.split("report:")[0])
     kept = pd.DataFrame([dict(run_id="task.k=4__seed=0", status="done", score=0.25, **{"task.k": 4, "seed": 0}),
                          dict(run_id="task.k=8__seed=1", status="done", score=0.75, **{"task.k": 8, "seed": 1}),

@@ -34,7 +34,7 @@ class Quadratic(System):
     def after_step(self):
         pass
 
-    def evaluate(self):
+    def evaluate(self, stage):
         return dict(distance=float(sum((w.detach() - 1).abs() for w in self.w)))
 
 

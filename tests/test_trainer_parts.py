@@ -40,7 +40,7 @@ class Linear(System):
     def after_step(self):
         self.trace.append((float(self.model.a.detach()), float(self.model.b.detach())))
 
-    def evaluate(self):
+    def evaluate(self, stage):
         return {}
 
     def state(self):

@@ -17,9 +17,9 @@ def length_chunks(quick: bool) -> list[Line]:
     batch = 32 if quick else 96
     overrides = ["task.per_task=200", *(["model.width=64"] if quick else [])]
     system = build(configs.load("strategies_base", overrides))
-    batches = [system.sample(batch, torch.Generator().manual_seed(i)) for i in range(4)]
+    batches = [system.bench.sample(batch, torch.Generator().manual_seed(i)) for i in range(4)]
     optimizer = torch.optim.AdamW(system.model.parameters(), lr=1e-4)
-    pad = system.tokenizer.pad_id
+    pad = system.bench.tokenizer.pad_id
     real = float(sum((t != pad).sum() for t, _ in batches))
     padded = float(sum(t.numel() for t, _ in batches))
 

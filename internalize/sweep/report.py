@@ -22,7 +22,7 @@ from internalize.sweep import (
 
 def load_table(root: Path, spec: SweepSpec):
     """The results table as the run directories stand now (so a sweep still running, or stopped, gets
-    a report of its finished runs); the stored table when the runs cannot be listed from the spec."""
+    a report of its finished runs); the stored table when the runs cannot be listed from the sweep file."""
     if (root / "runs").is_dir():
         try:
             return collect(root, spec, expand(spec))

@@ -22,6 +22,7 @@ from internalize.config import Config
 from internalize.curricula import E2E, get_curriculum
 from internalize.models.gpt import GPT, GPTConfig
 from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
+from internalize.systems.automata import figures
 from internalize.systems.automata.semiautomata import AutomatonTask, make
 
 PAD, SEP, ANS = 0, 1, 2
@@ -57,7 +58,6 @@ class AutomataSystem(System):
         self.tests = {"id": self.task.sample(config.eval.test_size, gen)}
         for skew in t.ood:
             self.tests[f"ood_p{skew:g}"] = self.task.sample(config.eval.test_size, gen, skew)
-        self.current = 0
         self.last_evaluation: dict[str, float] = {}  # the figures of the stage that ended last
 
     # -- sequences -----------------------------------------------------------------------------
@@ -108,7 +108,6 @@ class AutomataSystem(System):
 
     # -- stages ----------------------------------------------------------------------------------
     def stage(self, index: int) -> Stage:
-        self.current = index
         removed = self.curriculum.removed(index, self.thinking)
 
         def sample(batch_size: int, generator: torch.Generator):
@@ -154,8 +153,8 @@ class AutomataSystem(System):
         return self.encode(actions, states, np.broadcast_to(removed, (len(actions), self.thinking)))
 
     def final_format(self) -> np.ndarray:
-        """The removed tokens of the current stage's (first) test format: what figures and probes read."""
-        return next(iter(self.formats(self.current).values()))
+        """The removed tokens of the last stage's (first) test format: what figures and probes read."""
+        return next(iter(self.formats(self.num_stages - 1).values()))
 
     def formats(self, index: int) -> dict[str, np.ndarray]:
         """The test formats of a stage: its own; for the mixture, direct answering and full CoT."""
@@ -163,10 +162,10 @@ class AutomataSystem(System):
             return {"direct_": np.ones(self.thinking, dtype=bool), "cot_": np.zeros(self.thinking, dtype=bool)}
         return {"": self.curriculum.removed(index, self.thinking)}
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, stage: int) -> dict[str, float]:
         out = {}
         self.model.eval()
-        for prefix, removed in self.formats(self.current).items():
+        for prefix, removed in self.formats(stage).items():
             accs = {name: self.answer_accuracy(*data, removed) for name, data in self.tests.items()}
             out[f"{prefix}id_accuracy"] = accs.pop("id")
             if accs:
@@ -190,7 +189,7 @@ class AutomataSystem(System):
         self.model.eval()
         out = dict(automaton=self.automaton.name, states=len(self.automaton.states),
                    per_position_accuracy=self.per_position_accuracy(),
-                   **(self.last_evaluation or self.evaluate()))  # training always ends with a stage's evaluation
+                   **(self.last_evaluation or self.evaluate(self.num_stages - 1)))  # training ends with the last stage's
         if self.curriculum.hint:  # the one-pass answer is the mixture's id/ood figure too, as for the others
             out.update({k.removeprefix("direct_"): v for k, v in out.items() if k.startswith("direct_")})
         out["parameters"] = sum(p.numel() for p in self.model.parameters())
@@ -221,10 +220,10 @@ class AutomataSystem(System):
         depth = len(patterns)
         shown = sorted({round(i * (depth - 1) / 3) for i in range(4)}) if depth > 4 else range(depth)
         removed = int(self.final_format().sum())
-        plots.attention_patterns({layer: patterns[layer] for layer in shown}, labels, folder / "attention.png",
+        figures.attention_patterns({layer: patterns[layer] for layer in shown}, labels, folder / "attention.png",
                                  title=f"{self.automaton.name}, {self.curriculum.name}, {removed} CoT tokens "
                                        "removed: mean attention over heads and test examples")
-        for prefix in self.formats(self.current):
+        for prefix in self.formats(self.num_stages - 1):
             keys = [k for k in per_stage[0] if k.startswith(prefix) and k.endswith("_accuracy")
                     and k not in (f"{prefix}ood_accuracy",)]
             plots.accuracy_against(per_stage, "removed", keys, folder / f"{prefix}accuracy_vs_removed.png",

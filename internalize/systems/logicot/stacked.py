@@ -129,7 +129,7 @@ class StackedLogICoT(Stacked):
     def optimizer(self, params: list, cfg) -> torch.optim.Optimizer:
         return SeedAdam(params, cfg.lr, self.active)
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, stage: int) -> dict[str, float]:
         """At each stage's end: every seed's own stage record, as its run would log it."""
         self.seconds += time.perf_counter() - self.started
         for i, solo in enumerate(self.solo):
@@ -138,7 +138,7 @@ class StackedLogICoT(Stacked):
             self.records[i].append(dict(stage=len(self.records[i]) + 1, **self.stage_info, steps=self.steps[i],
                                         samples_seen=done * self.config.train.batch_size,
                                         train_seconds=self.seconds / len(self.seeds), val_loss=self.last_val[i],
-                                        **solo.evaluate()))
+                                        **solo.evaluate(stage)))
         return {}
 
     def split(self, record: dict) -> dict[int, dict]:

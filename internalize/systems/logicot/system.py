@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from internalize import plots
 from internalize.config import Config
 from internalize.curricula import get_curriculum
 from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
+from internalize.systems.logicot import figures
 from internalize.systems.logicot.metrics import (
     child_attention_mass,
     child_weights,
@@ -124,7 +124,7 @@ class LogICoTSystem(System):
             h[:, here] = torch.where(pred[:, here] > 0, 1.0, -1.0)
         return sign_accuracy(h[:, -1], values[:, -1])
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, stage: int) -> dict[str, float]:
         return dict(zero_filled_accuracy=self.zero_filled_accuracy(self.test))
 
     headline = "zero_filled_accuracy"  # the per-stage figure whose 1.0 counts as solved
@@ -137,7 +137,7 @@ class LogICoTSystem(System):
             for layer in range(1, lay.depth + 1):
                 attention = self.model.attention(layer).cpu()
                 mass = child_attention_mass(attention, lay.level, lay.children, layer)
-                plots.attention_heatmap(attention.numpy(), lay.level, lay.children, layer, mass,
+                figures.attention_heatmap(attention.numpy(), lay.level, lay.children, layer, mass,
                                         folder / f"attention_layer{layer}.png")
 
     @staticmethod

@@ -6,13 +6,13 @@ Sequences are d bits, then the chain tokens still shown, then the answer (docs/s
     after r left removals     b_1 .. b_d  c_{r+1} .. c_{k-1}  y        (deleted, later tokens shift left)
     e2e / direct  b_1 .. b_d  y
 
-Every output is teacher forced and scored by squared error. The training algorithm (the spec's;
-train.mode = theory sets it up):
+Every output is teacher forced and scored by squared error. The training algorithm (the
+method's own; theory.enabled sets it up):
 - start: slot j > 1 has score 1 on the chain token before it, everything else 0 (chain_start);
 - each stage takes one step: the loss on one fresh batch of N samples is taken at the nudged
   point A + (model.nudge / d) * U(0, 1) (the nudge is drawn in `sample`, from the training
-  generator), and each row of A moves by row_step * (-grad) / max|grad of that row| (experiments.theory.RowStep;
-  the spec's s / max(s) whenever the largest move is upward, as it is when the step finds its bit);
+  generator), and each row of A moves by row_step * (-grad) / max|grad of that row| (internalize.theory.RowStep;
+  the method's s / max(s) whenever the largest move is upward, as it is when the step finds its bit);
 - then every score is clamped at 0 and rounded to the nearest integer (after_step).
 The end-to-end route takes k such steps from the same start with y as the only target.
 """
@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from internalize import plots
 from internalize.config import Config
 from internalize.curricula import get_curriculum
 from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
+from internalize.systems.sparse_parity import figures
 from internalize.systems.sparse_parity.model import LinearAttention
 from internalize.systems.sparse_parity.task import SparseParity
 from internalize.theory import row_step_optimizer
@@ -53,7 +53,6 @@ class SparseParitySystem(System):
         self.nudge = config.model.nudge / t.d
         self.val = self.task.sample(config.train.val_size, torch.Generator().manual_seed(config.seed + VAL_SEED))
         self.test = self.task.sample(config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
-        self.current = 0
 
     def encode(self, bits: torch.Tensor, chain: torch.Tensor, removed: np.ndarray):
         """Teacher-forced inputs (B, d + m - 1) and targets (B, m): the kept chain tokens, then y."""
@@ -63,7 +62,6 @@ class SparseParitySystem(System):
 
     # -- stages ----------------------------------------------------------------------------------
     def stage(self, index: int) -> Stage:
-        self.current = index
         removed = self.curriculum.removed(index, self.thinking)
 
         def sample(batch_size: int, generator: torch.Generator):
@@ -108,8 +106,8 @@ class SparseParitySystem(System):
             tokens = torch.cat([tokens, written], dim=1)
         return float((tokens[:, -1] == chain[:, -1].to(self.device)).float().mean())
 
-    def evaluate(self) -> dict[str, float]:
-        removed = self.curriculum.removed(self.current, self.thinking)
+    def evaluate(self, stage: int) -> dict[str, float]:
+        removed = self.curriculum.removed(stage, self.thinking)
         positions = self.position_accuracy(removed)
         return dict(frontier_accuracy=positions[0], min_position_accuracy=min(positions),
                     answer_accuracy=self.answer_accuracy(removed),
@@ -127,13 +125,13 @@ class SparseParitySystem(System):
         return dict(support=list(self.task.support), direct_accuracy=direct, solved=float(direct == 1.0),
                     direct_row_support=[i for i, w in enumerate(row) if w != 0],
                     direct_row_is_support=row == indicator,
-                    position_accuracy=self.position_accuracy(self.curriculum.removed(self.current, self.thinking)))
+                    position_accuracy=self.position_accuracy(self.curriculum.removed(self.num_stages - 1, self.thinking)))
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         """The scores of the slots the final format uses (after full removal: the answer's row alone)."""
-        used = int((~self.curriculum.removed(self.current, self.thinking)).sum()) + 1
+        used = int((~self.curriculum.removed(self.num_stages - 1, self.thinking)).sum()) + 1
         scores = self.model.A[:used, :self.task.d + used - 1].detach().cpu().numpy()
-        plots.score_matrix(scores, self.task.d, self.task.support, folder / "attention_scores.png",
+        figures.score_matrix(scores, self.task.d, self.task.support, folder / "attention_scores.png",
                            title=f"attention scores after {self.curriculum.name} (d = {self.task.d}, "
                                  f"k = {self.task.k}); support bits marked")
 

@@ -26,8 +26,6 @@ strategy's test traces to other inputs of its task and counts that strategy's sh
 """
 from __future__ import annotations
 
-import json
-from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -36,44 +34,42 @@ import torch
 import torch.nn.functional as F
 
 from internalize import plots
-from internalize.config import Config, load
-from internalize.models.gpt import GPT, GPTConfig
-from internalize.runs import start_from
-from internalize.system import TEST_SEED, VAL_SEED, Stage
-from internalize.systems.strategies.base import (
-    UNCLOSED,
-    StrategiesBaseSystem,
+from internalize.config import Config
+from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
+from internalize.systems.strategies import figures
+from internalize.systems.strategies.alignment import (
+    consistent_when_valid,
+    draw_pairs,
+    pair_chance,
+    pca2,
+)
+from internalize.systems.strategies.benchmark import TASKS, frame
+from internalize.systems.strategies.data import (
+    Benchmark,
+    Decode,
     by_length,
     credit,
     mean,
 )
-from internalize.systems.strategies.benchmark import TASKS, frame
+from internalize.systems.strategies.frozen_base import frozen_base
 from internalize.systems.strategies.latent import Factorization, draw, gaussian_kl
 from internalize.systems.strategies.objectives import kl_weight, response_term
-from internalize.train import Discard
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
 STEER_INPUTS = 60  # new inputs per (task, strategy) that a steering z is applied to
 
 
-def base_config(config: Config) -> Config:
-    """The strategies_base config of the base trained first: this run's task, seed and base sizes."""
-    m = config.model
-    return load("strategies_base", overrides=[
-        f"seed={config.seed}", f"model.width={m.width}", f"model.depth={m.depth}", f"model.heads={m.heads}",
-        f"train.steps_per_stage={m.base_steps}", "train.checkpoint_every=0", f"device={config.device}",
-    ]).model_copy(update={"task": config.task})
-
-
-class FactorizeSystem(StrategiesBaseSystem):
+class FactorizeSystem(System):
     headline = "alignment"
-    z: torch.Tensor | None = None  # (N, d_z) the z each row of the frame being generated uses
 
     def __init__(self, config: Config):
-        self.base_model = None
-        super().__init__(config)  # the benchmark's splits and encodings; self.model is replaced below
-        base = self._base()
+        self.config = config
+        self.device = device_for(config)
+        self.bench = Benchmark(config, self.device)
+        self.num_stages = 1
+        self.found: dict = {}  # what the latest evaluation found; the summary is cached here
+        base = frozen_base(config, self.bench, self.device)
         m = config.model
         self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets,
                                  onward=m.z_injection == "onward").to(self.device)
@@ -85,58 +81,18 @@ class FactorizeSystem(StrategiesBaseSystem):
         total = config.train.steps_per_stage
         self.snapshot_steps = sorted({round(i * total / max(1, config.eval.snapshots))
                                       for i in range(config.eval.snapshots)}) if config.eval.snapshots else []
-        self.shares = {n: self.split_shares(n) for n in self.names}
-
-    # -- the base --------------------------------------------------------------------------------
-    def _base(self) -> torch.nn.Module:
-        """The frozen base: a Hugging Face model from model.hf_path, a strategies_base run's GPT from
-        model.base, or a GPT trained first (seeded, so resume is exact)."""
-        if self.config.model.hf_path is not None:
-            from internalize.systems.strategies.hf import HFCausalLM
-
-            model = HFCausalLM.load(self.config.model.hf_path, len(self.tokenizer))
-            if model.cfg.max_len < self.longest + 8:
-                raise ValueError(f"model.hf_path: the model's {model.cfg.max_len} positions are fewer than the "
-                                 f"benchmark's longest sequence and 8 ({self.longest + 8})")
-            return model.to(self.device)
-        folder = self.config.model.base
-        if folder is None:
-            from internalize.train import train
-
-            cfg = base_config(self.config)
-            with torch.random.fork_rng():
-                torch.manual_seed(cfg.seed)
-                system = StrategiesBaseSystem(cfg)
-                train(system, cfg.train, torch.Generator().manual_seed(cfg.seed), Discard(), show_progress=False)
-            return system.model.eval()
-        folder = Path(folder)
-        if not (folder / "config.yaml").is_file():
-            raise ValueError(f"model.base: {folder} is not a run directory (no config.yaml)")
-        cfg = load(str(folder / "config.yaml"))
-        if cfg.system != "strategies_base":
-            raise ValueError(f"model.base: {folder} is a {cfg.system} run, not strategies_base")
-        # the keys that define the benchmark's splits and their traces; how the base drew its training examples
-        # (task.fresh, task.weights) does not touch the validation and test inputs
-        splits = ("data", "data_seed", "per_task", "tasks", "formats")
-        theirs, mine = (cfg.task.model_dump(include=set(splits)), self.config.task.model_dump(include=set(splits)))
-        if theirs != mine:
-            raise ValueError(f"model.base: {folder} was trained on other data (task {theirs}, this run's {mine}); "
-                             "set the same task keys")
-        model = GPT(GPTConfig(len(self.tokenizer), self.longest + 8, cfg.model.width, cfg.model.depth,
-                              cfg.model.heads))
-        start_from(model, folder, "model.base")
-        return model.to(self.device).eval()
+        self.shares = {n: self.bench.split_shares(n) for n in self.bench.names}
 
     # -- batches ---------------------------------------------------------------------------------
     def slots(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per row of right-padded framed tokens: the index of <z>, of <z_empty>, and of the last token."""
-        tok = self.tokenizer
+        tok = self.bench.tokenizer
         z_at = (tokens == tok.id("<z>")).int().argmax(1)
         end_at = (tokens != tok.pad_id).sum(1) - 1
         return z_at, z_at + 1, end_at
 
     def sample(self, batch_size: int, generator: torch.Generator):
-        tokens, response = super().sample(batch_size, generator)
+        tokens, response = self.bench.sample(batch_size, generator)
         if self.config.data.response_source == "base":
             tokens, response = self.base_responses(tokens, generator)
         return tokens, response, int(torch.randint(2**62, (1,), generator=generator))
@@ -144,21 +100,28 @@ class FactorizeSystem(StrategiesBaseSystem):
     @torch.no_grad()
     def base_responses(self, tokens: torch.Tensor, generator: torch.Generator):
         """The same inputs, each with a response sampled from the frozen base at temperature 1."""
-        inputs = [self.tokenizer.decode(row).split("<x>")[1].split("</x>")[0] for row in tokens.cpu().tolist()]
+        inputs = [self.bench.tokenizer.decode(row).split("<x>")[1].split("</x>")[0] for row in tokens.cpu().tolist()]
         with self.net.generator.disable_adapter():
-            traces = self.generate(pd.DataFrame({"input": inputs}), 1.0, generator, steps=self.longest)
+            traces = self.bench.generate(self.decoder(None), pd.DataFrame({"input": inputs}), 1.0, generator,
+                                         steps=self.bench.longest)
         texts = [frame(x, t if t is not None else "") for x, t in zip(inputs, traces)]
-        return self.encode(pd.DataFrame({"input": inputs, "text": texts}))
+        return self.bench.encode(pd.DataFrame({"input": inputs, "text": texts}))
 
-    def decode(self, ids, mask, steps, temperature, generator, rows):
+    def decoder(self, z: torch.Tensor | None) -> Decode:
+        """Benchmark.generate's `decode` for the generator with row i of `z` (N, d_z) added at each prompt
+        of frame row i; with z None, nothing is injected (the frozen base, its adapter disabled by the caller)."""
         backbone = self.net.generator.get_base_model()
-        if self.z is None:  # the frozen base (adapter disabled by the caller): nothing injected
-            return backbone.generate(ids, steps, temperature=temperature, generator=generator,
-                                     stop_token=self.tokenizer.id("<eos>"), attention_mask=mask)
-        slots = torch.full((ids.shape[0],), ids.shape[1] - 3, device=ids.device)
-        return backbone.generate(ids, steps, temperature=temperature, generator=generator,
-                                 stop_token=self.tokenizer.id("<eos>"), attention_mask=mask,
-                                 inject=self.net.inject(slots, self.z[rows]))
+        stop = self.bench.tokenizer.id("<eos>")
+
+        def decode(ids, mask, steps, temperature, generator, rows):
+            if z is None:
+                inject = None
+            else:
+                slots = torch.full((ids.shape[0],), ids.shape[1] - 3, device=ids.device)
+                inject = self.net.inject(slots, z[rows])
+            return backbone.generate(ids, steps, temperature=temperature, generator=generator, stop_token=stop,
+                                     attention_mask=mask, inject=inject)
+        return decode
 
     # -- the objective ---------------------------------------------------------------------------
     def terms(self, batch):
@@ -177,7 +140,7 @@ class FactorizeSystem(StrategiesBaseSystem):
             rec = response_term(o.name, nll, self.surprisal(t, where), where, o.alpha, o.gamma, self.c or 1.0)
             return torch.stack([rec, gaussian_kl(q, r), nll.sum(1) / where.sum(1)], dim=1)  # (b, 3)
 
-        rec, kl, nll = by_length(tokens, self.tokenizer.pad_id, self.config.train.length_chunks, per_row).unbind(1)
+        rec, kl, nll = by_length(tokens, self.bench.tokenizer.pad_id, self.config.train.length_chunks, per_row).unbind(1)
         return rec, kl, nll
 
     def surprisal(self, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -202,7 +165,7 @@ class FactorizeSystem(StrategiesBaseSystem):
         return float(response_term(o.name, surprisal, surprisal, where, o.alpha, o.gamma, 1.0).mean())
 
     def stage(self, index: int) -> Stage:
-        tokens, response = (t.to(self.device) for t in self.val)
+        tokens, response = (t.to(self.device) for t in self.bench.val)
         if self.config.data.response_source == "base":
             tokens, response = self.base_responses(tokens, torch.Generator().manual_seed(self.config.seed + VAL_SEED))
         val = (tokens, response, self.config.seed + VAL_SEED)
@@ -235,7 +198,7 @@ class FactorizeSystem(StrategiesBaseSystem):
         """(N, d_z) a z drawn from the router for each input of the frame."""
         out = []
         for lo in range(0, len(frame), 256):
-            ids, mask = self.prompts(frame["input"].iloc[lo:lo + 256])
+            ids, mask = self.bench.prompts(frame["input"].iloc[lo:lo + 256])
             z_at = torch.full((ids.shape[0],), ids.shape[1] - 4, device=ids.device)
             out.append(draw(self.net.router(ids, z_at, mask), generator))
         return torch.cat(out)
@@ -249,51 +212,7 @@ class FactorizeSystem(StrategiesBaseSystem):
     def traces_with(self, frame: pd.DataFrame, z: torch.Tensor, temperature: float,
                     generator: torch.Generator) -> list:
         """Verdicts of the traces sampled on each input with its row of z."""
-        self.z = z
-        try:
-            traces = self.generate(frame, temperature, generator)
-        finally:
-            self.z = None
-        return [UNCLOSED if t is None else self.validate(task, x, t) for task, x, t in zip(frame["task"], frame["input"], traces)]
-
-    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """eval.pairs (source, target) positions in the test frame: distinct inputs of one task, the
-        pairs spread evenly over the tasks."""
-        rng = np.random.default_rng(self.config.seed + TEST_SEED)
-        tasks = self.test["task"].to_numpy()
-        per = max(1, self.config.eval.pairs // len(self.names))
-        src, tgt = [], []
-        for name in self.names:
-            rows = np.flatnonzero(tasks == name)
-            if len(rows) < 2:
-                continue
-            for _ in range(per):
-                a, b = rng.choice(rows, size=2, replace=False)
-                src.append(a)
-                tgt.append(b)
-        return np.array(src, dtype=int), np.array(tgt, dtype=int)
-
-    def chance(self, src: np.ndarray, tgt: np.ndarray, shares: dict | None = None) -> dict[str, float]:
-        """Per task: P(the compatible sets intersect) for strategies drawn independently on the two
-        inputs of each pair, by the data's shares (or by `shares`: {task: {strategy: share}})."""
-        tasks = self.test["task"].to_numpy()
-        problems = [json.loads(p) for p in self.test["problem"]]
-        sets = {}
-
-        def compatible(i: int) -> dict[str, frozenset]:
-            if i not in sets:
-                traces = self.tasks[tasks[i]].traces(problems[i])
-                sets[i] = {s: frozenset(o for o, u in traces.items() if u == t) for s, t in traces.items()}
-            return sets[i]
-
-        found: dict[str, list[float]] = {n: [] for n in self.names}
-        for a, b in zip(src, tgt):
-            p = (self.shares if shares is None else shares).get(tasks[a])
-            if p is None:
-                continue
-            sa, sb = compatible(a), compatible(b)
-            found[tasks[a]].append(sum(p[s] * p[u] for s, u in product(p, p) if sa[s] & sb[u]))
-        return {n: float(np.mean(v)) for n, v in found.items() if v}
+        return self.bench.verdicts(frame, self.bench.generate(self.decoder(z), frame, temperature, generator))
 
     @torch.no_grad()
     def measure(self, snapshot: bool = False) -> dict:
@@ -301,21 +220,21 @@ class FactorizeSystem(StrategiesBaseSystem):
         was = self.net.training
         self.net.eval()
         seed = self.config.seed + TEST_SEED
-        frame = self.test
+        frame = self.bench.test
         tasks = frame["task"].to_numpy()
         z = self.route(frame, torch.Generator(device=self.device).manual_seed(seed))
         sampled = self.traces_with(frame, z, 1.0, torch.Generator(device=self.device).manual_seed(seed))
         greedy = self.traces_with(frame, z, 0.0, None)
-        src, tgt = self.pairs()
+        src, tgt = draw_pairs(self.bench, self.config.eval.pairs, self.config.seed + TEST_SEED)
         both = frame.iloc[np.concatenate([src, tgt])]
         zz = torch.cat([z[torch.from_numpy(src)]] * 2)  # the source's router z drives both generations
         paired = self.traces_with(both, zz, 1.0, torch.Generator(device=self.device).manual_seed(seed + 1))
         a, b = paired[:len(src)], paired[len(src):]
-        tokens, response = self.test_data
+        tokens, response = self.bench.test_data
         rows = torch.arange(len(tokens)).split(256)
         kls = torch.cat([self.kl_of(tokens[r].to(self.device)) for r in rows]).cpu().numpy()
         per_task = {}
-        for n in self.names:
+        for n in self.bench.names:
             here = tasks == n
             pair_here = tasks[src] == n
             per_task[n] = dict(
@@ -327,7 +246,7 @@ class FactorizeSystem(StrategiesBaseSystem):
                                                 for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
                 alignment_valid=consistent_when_valid([(x, y) for x, y, h in zip(a, b, pair_here) if h]),
                 kl=float(kls[here].mean()))
-        result = {k: mean({n: per_task[n][k] for n in self.names}) for k in TRAJECTORY}
+        result = {k: mean({n: per_task[n][k] for n in self.bench.names}) for k in TRAJECTORY}
         if snapshot:
             keep = torch.arange(min(PCA_EXAMPLES, len(tokens)))
             means = self.posterior_means(tokens[keep]).cpu().numpy()
@@ -338,22 +257,22 @@ class FactorizeSystem(StrategiesBaseSystem):
             # how often the trace keeps the reference's strategy tells whether z carries it
             post = self.posterior_means(tokens, torch.Generator(device=self.device).manual_seed(seed + 3))
             posterior = self.traces_with(frame, post, 1.0, torch.Generator(device=self.device).manual_seed(seed + 3))
-            for n in self.names:
-                mine = [(v, r) for v, r, t in zip(posterior, self.test_verdicts, tasks) if t == n]
+            for n in self.bench.names:
+                mine = [(v, r) for v, r, t in zip(posterior, self.bench.test_verdicts, tasks) if t == n]
                 per_task[n]["fidelity_posterior"] = float(np.mean([v.valid for v, _ in mine]))
                 per_task[n]["strategy_posterior"] = consistent_when_valid(mine)
             for k in ("fidelity_posterior", "strategy_posterior"):
-                result[k] = mean({n: per_task[n][k] for n in self.names})
+                result[k] = mean({n: per_task[n][k] for n in self.bench.names})
             result["per_task"] = per_task
             result["pairs"] = len(src)
-            chance = self.chance(src, tgt)
+            chance = pair_chance(self.bench, src, tgt, self.shares)
             # the level alignment_valid reaches when z is ignored: strategies drawn by the shares of the
             # model's own faithful samples (a base leaning to one strategy agrees with itself often)
-            own = {n: credit([v for v, t in zip(sampled, tasks) if t == n], TASKS[n].strategies) for n in self.names}
-            chance_model = self.chance(src, tgt, {n: p for n, p in own.items() if p is not None})
+            own = {n: credit([v for v, t in zip(sampled, tasks) if t == n], TASKS[n].strategies) for n in self.bench.names}
+            chance_model = pair_chance(self.bench, src, tgt, {n: p for n, p in own.items() if p is not None})
             result["alignment_chance"] = mean(chance)
             result["alignment_chance_model"] = mean(chance_model)
-            for n in self.names:
+            for n in self.bench.names:
                 per_task[n]["alignment_chance"] = chance.get(n)
                 per_task[n]["alignment_chance_model"] = chance_model.get(n)
                 per_task[n]["strategy_shares"] = own[n]
@@ -368,46 +287,46 @@ class FactorizeSystem(StrategiesBaseSystem):
     def steering(self) -> dict:
         """Per task and strategy: the share of that strategy among the valid traces on new inputs when
         z is the mean posterior mean of the test traces only that strategy writes."""
-        tokens, _ = self.test_data
+        tokens, _ = self.bench.test_data
         means = self.posterior_means(tokens)
-        tasks = self.test["task"].to_numpy()
+        tasks = self.bench.test["task"].to_numpy()
         found = {}
         gen = torch.Generator(device=self.device).manual_seed(self.config.seed + TEST_SEED + 2)
-        for n in self.names:
+        for n in self.bench.names:
             found[n] = {}
             for s in TASKS[n].strategies:
-                own = [i for i, v in enumerate(self.test_verdicts) if tasks[i] == n and v.strategies == {s}]
+                own = [i for i, v in enumerate(self.bench.test_verdicts) if tasks[i] == n and v.strategies == {s}]
                 if not own:
                     found[n][s] = None
                     continue
                 z = means[own].mean(0)
                 rows = np.flatnonzero(tasks == n)[:STEER_INPUTS]
-                verdicts = self.traces_with(self.test.iloc[rows], z.expand(len(rows), -1), 1.0, gen)
+                verdicts = self.traces_with(self.bench.test.iloc[rows], z.expand(len(rows), -1), 1.0, gen)
                 valid = [v for v in verdicts if v.valid]
                 found[n][s] = float(np.mean([s in v.strategies for v in valid])) if valid else None
         return found
 
-    def evaluate(self) -> dict[str, float]:
-        self.last = self.measure()
-        return {k: self.last[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_chance", "kl")}
+    def evaluate(self, stage: int = 0) -> dict[str, float]:
+        self.found = self.measure()
+        return {k: self.found[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_chance", "kl")}
 
     def summary(self) -> dict:
-        if "summary" in self.last:
-            return self.last["summary"]
-        if "per_task" not in self.last:
-            self.evaluate()
+        if "summary" in self.found:
+            return self.found["summary"]
+        if "per_task" not in self.found:
+            self.evaluate(0)
         o, m = self.config.objective, self.config.model
-        self.last["summary"] = dict(
-            {k: self.last[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
+        self.found["summary"] = dict(
+            {k: self.found[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
                                        "alignment_valid", "alignment_chance", "alignment_chance_model", "kl",
                                        "fidelity_posterior", "strategy_posterior", "per_task", "pairs")},
             objective=o.name, response_source=self.config.data.response_source, c=self.c, d_z=m.d_z,
             lora_rank=m.lora_rank, trainable_parameters=sum(p.numel() for p in self.net.learnable()),
-            tasks=self.names, test_examples=len(self.test_rows),
+            tasks=self.bench.names, test_examples=len(self.bench.test_rows),
             trajectory=[*self.trajectory, dict(step=self.config.train.steps_per_stage,
-                                               **{k: self.last[k] for k in TRAJECTORY})],  # the end, without PCA
+                                               **{k: self.found[k] for k in TRAJECTORY})],  # the end, without PCA
             steering=self.steering(), data_strategy_shares=self.shares)
-        return self.last["summary"]
+        return self.found["summary"]
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         s = self.summary()
@@ -415,9 +334,9 @@ class FactorizeSystem(StrategiesBaseSystem):
                            f"{s['objective']}: over training (alignment chance {s['alignment_chance']:.2f})")
         snapshots = {p["step"]: p["pca"] for p in s["trajectory"] if "pca" in p}
         if snapshots:
-            keep = min(PCA_EXAMPLES, len(self.test))
-            labels = [f"{t} / {st}" for t, st in zip(self.test["task"][:keep], self.test["strategy"][:keep])]
-            plots.pca_snapshots(snapshots, labels, folder / "posterior_pca.png",
+            keep = min(PCA_EXAMPLES, len(self.bench.test))
+            labels = [f"{t} / {st}" for t, st in zip(self.bench.test["task"][:keep], self.bench.test["strategy"][:keep])]
+            figures.pca_snapshots(snapshots, labels, folder / "posterior_pca.png",
                                 f"{s['objective']}: posterior means (PCA) by task and strategy")
         bars = {f"{n}\n{st}": {"steered": np.nan if v is None else v, "data": s["data_strategy_shares"][n][st]}
                 for n, row in s["steering"].items() for st, v in row.items()}
@@ -435,16 +354,3 @@ class FactorizeSystem(StrategiesBaseSystem):
                 + f" by the model's own); KL {summary['kl']:.3f}")
 
 
-def consistent_when_valid(pairs: list) -> float | None:
-    """The share of pairs with intersecting strategy sets among those whose two traces are both
-    faithful (None when no pair is): alignment with fidelity's share taken out."""
-    both = [bool(x.strategies & y.strategies) for x, y in pairs if x.valid and y.valid]
-    return float(np.mean(both)) if both else None
-
-
-def pca2(x: np.ndarray) -> np.ndarray:
-    """(N, d) -> (N, 2): the projection on the first two principal components (zeros past rank)."""
-    centred = x - x.mean(0)
-    _, _, vt = np.linalg.svd(centred, full_matrices=False)
-    out = centred @ vt[:2].T
-    return np.pad(out, ((0, 0), (0, 2 - out.shape[1])))

@@ -34,7 +34,7 @@ class Verdict:
 
     @property
     def valid(self) -> bool:
-        """The spec's fidelity criterion: parses, correct, and some strategy's trace."""
+        """The fidelity criterion: the trace parses, its answer is right, and some strategy writes it."""
         return self.parses and self.correct and bool(self.strategies)
 
 

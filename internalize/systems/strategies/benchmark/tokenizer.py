@@ -1,4 +1,4 @@
-"""One character-level tokenizer for all six tasks, and the spec's frame.
+"""One character-level tokenizer for all six tasks, and the frame every example is written in.
 
 Frame: <bos><x>input</x><z><z_empty></z><y>trace</y><eos>, written without spaces. The ten frame
 tokens (and <pad>) are single tokens; everything else is one token per character. A character

@@ -1,0 +1,209 @@
+"""Running a sweep: its runs on a local process pool or on Ray, resumed and retried; then its table."""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+from internalize import config as configs
+from internalize.config import ConfigError
+from internalize.sweep.spec import SweepSpec, expand, locate, point_of, read_spec
+from internalize.sweep.table import collect, import_rows, imported
+
+
+def run_one(job: dict) -> dict:
+    """Run (or continue, or retry) one run of a sweep; never raises. Executes in a worker."""
+    import torch
+
+    from internalize.runner import execute
+
+    if job.get("threads"):
+        torch.set_num_threads(job["threads"])
+    path = Path(job["path"])
+    started = time.perf_counter()
+    (path / "error.txt").unlink(missing_ok=True)
+    try:
+        config = configs.load(job["experiment"], job["overrides"], job["scale"])
+        resume = (path / "config.yaml").exists()
+        if path.exists() and not resume:  # a run killed before it wrote its config: start over
+            shutil.rmtree(path)
+        execute(config, path, show=False, resume=resume)
+        return dict(id=job["id"], status="done", seconds=time.perf_counter() - started)
+    except Exception as err:  # a failing run is recorded, the sweep goes on
+        return failed(job["id"], path, err, started)
+
+
+def failed(run: str, path: Path, err: Exception, started: float) -> dict:
+    """Record a run's failure in its directory (error.txt, no summary); its outcome."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "summary.json").unlink(missing_ok=True)
+    (path / "error.txt").write_text(traceback.format_exc())
+    return dict(id=run, status="failed", error=f"{type(err).__name__}: {err}", seconds=time.perf_counter() - started)
+
+
+def run_stack(job: dict) -> list[dict]:
+    """Train one point's seeds at once (runner.execute_stacked); one outcome per run; never raises."""
+    import torch
+
+    from internalize.runner import execute_stacked
+
+    if job.get("threads"):
+        torch.set_num_threads(job["threads"])
+    started = time.perf_counter()
+    paths = [Path(p) for p in job["paths"]]
+    try:
+        group = [configs.load(job["experiment"], overrides, job["scale"]) for overrides in job["overrides"]]
+        execute_stacked(group, paths)
+        seconds = (time.perf_counter() - started) / len(paths)
+        return [dict(id=i, status="done", seconds=seconds) for i in job["ids"]]
+    except Exception as err:
+        return [failed(run, path, err, started) for run, path in zip(job["ids"], paths)]
+
+
+def stacks(jobs: list[dict]) -> list[dict]:
+    """The jobs of a sweep grouped by point: one job trains every unfinished seed of its point."""
+    groups: dict[str, list[dict]] = {}
+    for job in jobs:
+        groups.setdefault(point_of(job["id"]), []).append(job)
+    return [dict(stack=True, ids=[j["id"] for j in group], paths=[j["path"] for j in group],
+                 overrides=[j["overrides"] for j in group], experiment=group[0]["experiment"],
+                 scale=group[0]["scale"], threads=group[0]["threads"]) for group in groups.values()]
+
+
+def run_job(job: dict) -> list[dict]:
+    """A worker's job: one run, or one point's seeds stacked."""
+    return run_stack(job) if job.get("stack") else [run_one(job)]
+
+
+def watch_parent(parent: int, every: float = 2.0) -> None:
+    """In a pool worker: exit once the sweep process that started it is gone (killed, say), instead of
+    training on unseen; the run continues from its checkpoint when the sweep is run again."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run_local(jobs: list[dict], workers: int, on_done: Callable[[dict], None]) -> None:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=watch_parent, initargs=(os.getpid(),)) as pool:
+        for future in as_completed([pool.submit(run_job, job) for job in jobs]):
+            for outcome in future.result():
+                on_done(outcome)
+
+
+def run_ray(jobs: list[dict], workers: int, address: Optional[str], on_done: Callable[[dict], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("the ray executor needs Ray: pip install 'internalize[ray]'") from None
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:  # a private local instance on loopback
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     _node_ip_address="127.0.0.1")
+    try:
+        remote = ray.remote(num_cpus=1)(run_job)
+        pending = [remote.remote(job) for job in jobs]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for outcome in ray.get(done[0]):
+                on_done(outcome)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
+    return Path(out or spec.out or Path("runs") / "sweeps" / Path(file).stem)
+
+
+def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
+              out: Optional[Path] = None, show: bool = True, threads: Optional[int] = None,
+              stack_seeds: bool = False, done_from: Optional[Path] = None) -> dict:
+    """Run every unfinished run of a sweep; write the results table; return counts. With
+    `stack_seeds`, each point's unfinished seeds train at once, as one job (systems whose registry
+    entry has a stacked class; the others refuse). With `done_from`, a results table's finished rows
+    count as done (see the module's docstring)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from internalize.train import clock
+
+    file = locate(file)
+    spec = read_spec(file)
+    tasks = expand(spec)
+    root = sweep_dir(spec, file, out)
+    runs = root / "runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        # python mode, not json: a grid value of .inf must read back as inf (json mode writes null)
+        (root / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
+    except OSError as err:
+        raise ConfigError(f"cannot write sweep directory {root}: {err.strerror or err}") from None
+    if done_from is not None:
+        import_rows(root, tasks, done_from)
+    kept = imported(root)
+    todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists() and t["id"] not in kept]
+    # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
+    # (or still running) already holds one run of every point
+    todo.sort(key=lambda t: spec.seeds.index(t["seed"]))
+    if stack_seeds:
+        from internalize.registry import stacked_class
+
+        try:
+            stacked_class(configs.load(spec.experiment, [], spec.scale).system)
+        except ValueError as err:
+            raise ConfigError(f"--stack-seeds: {err}") from None
+    cores = os.cpu_count() or 1
+    points = len({point_of(t["id"]) for t in todo}) if stack_seeds else len(todo)
+    workers = max(1, min(workers or cores, points or 1))
+    jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
+                 path=str(runs / t["id"]), threads=threads or max(1, cores // workers)) for t in todo]
+    if stack_seeds:
+        jobs = stacks(jobs)
+    outcomes = {}
+    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
+                  TimeElapsedColumn(), disable=not show, transient=True) as bar:
+        task = bar.add_task("runs", total=len(todo), failed=0)
+        plain = show and not bar.console.is_terminal  # a log file or a pipe: one line per finished run
+
+        def on_done(outcome: dict) -> None:
+            outcomes[outcome["id"]] = outcome
+            bar.update(task, advance=1, failed=sum(o["status"] == "failed" for o in outcomes.values()))
+            if plain:
+                bar.console.print(f"run {len(outcomes)}/{len(todo)} {outcome['status']}: {outcome['id']} "
+                                  f"({clock(outcome['seconds'])})", highlight=False, soft_wrap=True)
+
+        if jobs:
+            if executor == "ray":
+                run_ray(jobs, workers, address, on_done)
+            elif executor == "local":
+                run_local(jobs, workers, on_done)
+            else:
+                raise ConfigError(f"unknown executor {executor!r}; choose local or ray")
+    table = collect(root, spec, tasks)
+    return dict(root=root, total=len(tasks), ran=len(todo), skipped=len(tasks) - len(todo),
+                imported=sum(t["id"] in kept and not (runs / t["id"] / "summary.json").exists() for t in tasks),
+                failed=[o for o in outcomes.values() if o["status"] == "failed"], table=table)
+
+

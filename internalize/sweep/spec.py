@@ -1,0 +1,127 @@
+"""A sweep file: its typed spec, and its expansion into runs (config overrides times seeds)."""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import ValidationError
+
+from internalize import config as configs
+from internalize.config import ConfigError, Strict
+from internalize.runs import TIMINGS
+
+TIMING_COLUMNS = (*TIMINGS, "run_seconds")
+
+
+class FigureSpec(Strict):
+    x: str  # a grid key (with per_stage: a key of the per-stage records, e.g. removed)
+    y: str  # a summary figure (with per_stage: a per-stage figure, e.g. ood_accuracy)
+    per_stage: bool = False  # one point per stage of every run instead of one per run
+    records: str = "per_stage"  # with per_stage: the summary's list of records read (trajectory: snapshots)
+    only: dict[str, Any] = {}  # keep the runs whose grid keys have these values, e.g. {task.automaton: cyclic}
+    group: Union[str, list[str], None] = None  # another grid key (or several): one line per value
+    logx: bool = False
+    logy: bool = False
+    fit: Literal["none", "power"] = "none"  # power: a straight line in log-log, its slope reported
+    # scatter: x is a summary figure too; each run a point, each group its mean with both spreads
+    scatter: bool = False
+    title: str = ""
+
+    @property
+    def group_keys(self) -> list[str]:
+        return [self.group] if isinstance(self.group, str) else list(self.group or [])
+
+
+class ReportSpec(Strict):
+    metrics: list[str] = ["zero_filled_accuracy", "samples_to_full_accuracy", "train_seconds"]
+    per_task: list[str] = []  # figures of the summary's per_task mapping (task -> figures): a second table
+    figures: list[FigureSpec] = []
+
+
+class SweepSpec(Strict):
+    experiment: str
+    out: Optional[str] = None
+    scale: Optional[str] = None
+    set: dict[str, Any] = {}
+    cases: list[dict[str, Any]] = []  # settings that go together (e.g. width with depth), crossed with the grid
+    grid: dict[str, list[Any]] = {}
+    seeds: list[int] = [0]
+    report: ReportSpec = ReportSpec()
+
+
+SWEEP_DIR = Path(__file__).parents[1] / "sweeps"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+
+
+def locate(name_or_path) -> Path:
+    """A sweep file by path, or a bundled sweep by name."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    if (SWEEP_DIR / f"{name_or_path}.yaml").exists():
+        return SWEEP_DIR / f"{name_or_path}.yaml"
+    raise ConfigError(f"no sweep file {name_or_path}; bundled sweeps: {', '.join(available())}")
+
+
+def read_spec(file: Path) -> SweepSpec:
+    file = locate(file)
+    try:
+        raw = yaml.safe_load(file.read_text()) or {}
+        return SweepSpec.model_validate(raw)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{file}: not valid YAML ({err.__class__.__name__})") from None
+    except ValidationError as err:
+        raise ConfigError(f"{file}: {configs._format(err)}") from None
+
+
+def check_figures(spec: SweepSpec) -> None:
+    """Refuse a figure that names a key the sweep does not vary (a typo would otherwise show only as a
+    missing figure at the end of the sweep): its x (unless per stage), group and only keys."""
+    keys = [*point_keys(spec), "seed"]
+    for i, fig in enumerate(spec.report.figures):
+        named = [*([] if fig.per_stage or fig.scatter else [fig.x]), *fig.group_keys, *fig.only]
+        for key in named:
+            if key not in keys:
+                raise ConfigError(f"report.figures.{i}: {key!r} is not a key of the sweep's grid or cases "
+                                  f"(they are: {', '.join(keys)})")
+
+
+def run_id(point: dict[str, Any], seed: int) -> str:
+    return "__".join([*(f"{k}={v}" for k, v in point.items() if v is not None), f"seed={seed}"])
+
+
+def point_of(run: str) -> str:
+    """A run id without its seed: the id of its grid point (the runs `--stack-seeds` trains at once)."""
+    return run.rsplit("__seed=", 1)[0]
+
+
+def point_keys(spec: SweepSpec) -> list[str]:
+    """The keys that tell the sweep's runs apart (besides the seed): every case key, then the grid's."""
+    keys = [k for case in spec.cases for k in case]
+    return list(dict.fromkeys(keys + list(spec.grid)))
+
+
+def expand(spec: SweepSpec) -> list[dict]:
+    """Every run of the sweep: its id, point, seed and overrides, each config validated."""
+    keys = list(spec.grid)
+    case_keys = [k for k in point_keys(spec) if k not in keys]
+    tasks = []
+    for case, values in itertools.product(spec.cases or [{}], itertools.product(*(spec.grid[k] for k in keys))):
+        point = {**{k: case.get(k) for k in case_keys}, **dict(zip(keys, values))}
+        for seed in spec.seeds:
+            settings = {**spec.set, **{k: v for k, v in point.items() if v is not None}, "seed": seed}
+            overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+            configs.load(spec.experiment, overrides, spec.scale)  # refuse a bad sweep before any run starts
+            tasks.append(dict(id=run_id(point, seed), point=point, seed=seed, overrides=overrides))
+    if len({t["id"] for t in tasks}) != len(tasks):
+        raise ConfigError("the sweep repeats a grid point or seed")
+    check_figures(spec)
+    return tasks
+
+

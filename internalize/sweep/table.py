@@ -1,0 +1,111 @@
+"""A sweep's results table: one row per run, its config keys and summary figures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from internalize import config as configs
+from internalize import registry
+from internalize.config import ConfigError
+from internalize.runs import read_metrics
+from internalize.sweep.spec import SweepSpec
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def stage_columns(stages: list[dict]) -> dict:
+    """What the per-stage records add to a run's row: the last stage's validation loss and, for every
+    accuracy each stage reports, its lowest value over the stages (how well the run held on)."""
+    if not stages:
+        return {}
+    out = {"final_val_loss": stages[-1].get("val_loss")}
+    for key in stages[0]:
+        values = [s.get(key) for s in stages]
+        if key.endswith("_accuracy") and all(isinstance(v, (int, float)) for v in values):
+            out[f"lowest_{key}"] = min(values)
+    return out
+
+
+def read_table(file: Path):
+    import pandas as pd
+
+    file = Path(file)
+    try:
+        return pd.read_parquet(file) if file.suffix == ".parquet" else pd.read_csv(file)
+    except FileNotFoundError:
+        raise ConfigError(f"no results table at {file}") from None
+    except Exception as err:  # a corrupt or foreign file: pandas and pyarrow raise many kinds
+        raise ConfigError(f"cannot read results table {file}: {err}") from None
+
+
+def import_rows(root: Path, tasks: list[dict], table_file: Path) -> int:
+    """Copy the finished rows of another results table of this sweep into root/imported.csv (kept
+    beside earlier imports, a new row replacing an old one); return how many were copied."""
+    import pandas as pd
+
+    table = read_table(table_file)
+    if not {"run_id", "status"} <= set(table.columns):
+        raise ConfigError(f"{table_file} is no sweep results table (it lacks run_id and status)")
+    ids = {t["id"] for t in tasks}
+    table = table[(table["status"] == "done") & table["run_id"].isin(ids)]
+    if table.empty:
+        raise ConfigError(f"{table_file} holds no finished run of this sweep")
+    fresh = set(table["run_id"])
+    rows = [row for run, row in imported(root).items() if run not in fresh]
+    merged = pd.concat([pd.DataFrame(rows), table], ignore_index=True) if rows else table
+    merged.to_csv(root / "imported.csv", index=False)
+    return len(table)
+
+
+def imported(root: Path) -> dict[str, dict]:
+    """The rows that `--done-from` copied into this sweep, by run id."""
+    if not (root / "imported.csv").exists():
+        return {}
+    return {row["run_id"]: row for row in read_table(root / "imported.csv").to_dict("records")}
+
+
+def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
+    """results.parquet and results.csv: one row per run, its config keys and summary figures (a run
+    with no directory: its imported row, if any)."""
+    import pandas as pd
+
+    rows = []
+    kept = imported(root)
+    for t in tasks:
+        path = root / "runs" / t["id"]
+        if t["id"] in kept and not (path / "summary.json").exists():
+            rows.append(kept[t["id"]])
+            continue
+        row = dict(run_id=t["id"], status="pending", error=None)
+        if (path / "config.yaml").exists():
+            row.update({f"config.{k}": v for k, v in flatten(configs.load(str(path / "config.yaml")).model_dump(
+                mode="json")).items() if not isinstance(v, (list, dict))})
+        row.update({k: v for k, v in t["point"].items()})
+        row["seed"] = t["seed"]
+        if (path / "summary.json").exists():
+            summary = json.loads((path / "summary.json").read_text())
+            row["status"] = "done"
+            for key, value in summary.items():
+                if key == "per_stage":
+                    continue
+                row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
+            row.update(stage_columns(summary.get("per_stage") or []))
+            if (path / "metrics.jsonl").exists():
+                row.update(registry.system_class(summary["system"]).table_columns(read_metrics(path)))
+        elif (path / "error.txt").exists():
+            row["status"] = "failed"
+            lines = (path / "error.txt").read_text().strip().splitlines()
+            row["error"] = lines[-1] if lines else "unknown error"
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.to_csv(root / "results.csv", index=False)
+    table.to_parquet(root / "results.parquet", index=False)
+    return table

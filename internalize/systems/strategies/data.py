@@ -1,0 +1,259 @@
+"""The benchmark as both latent-strategies systems read it: the splits, their encodings, training
+batches, prompts and batched generation. The base model and the factorisation each hold one
+`Benchmark` (composition, not inheritance): everything here is about the data, nothing about a model."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from internalize.system import TEST_SEED, VAL_SEED
+from internalize.systems.strategies.benchmark import (
+    COLUMNS,
+    TASKS,
+    Task,
+    Tokenizer,
+    Verdict,
+    build_splits,
+    frame,
+    prompt,
+    task_of,
+    validate,
+)
+
+SPLITS = ("train", "validation", "test")
+UNCLOSED = Verdict(False, False, frozenset(), "the sample never wrote </y>")
+# (ids, mask, steps, temperature, generator, rows) -> the new tokens of one batch of prompts
+Decode = Callable[[torch.Tensor, torch.Tensor, int, float, "torch.Generator | None", torch.Tensor], torch.Tensor]
+
+
+def load_splits(task) -> dict[str, pd.DataFrame]:
+    """The benchmark's splits: read from task.data (written by `internalize data strategies`), or drawn
+    in memory from task.data_seed; restricted to task.tasks. Bad data is a ValueError (one line)."""
+    if task.data is None:
+        frames = build_splits(task.data_seed, task.per_task, task.formats)
+    else:
+        folder = Path(task.data)
+        if not folder.is_dir():
+            raise ValueError(f"task.data: no data directory {folder} (write one with `internalize data strategies "
+                             f"--out {folder}`)")
+        frames = {}
+        for split in SPLITS:
+            file = folder / f"{split}.parquet"
+            try:
+                frames[split] = pd.read_parquet(file)
+            except FileNotFoundError:
+                raise ValueError(f"task.data: {file} is missing") from None
+            except Exception as err:  # noqa: BLE001 - pyarrow raises many kinds for a damaged file
+                raise ValueError(f"task.data: cannot read {file} ({type(err).__name__})") from None
+            missing = [c for c in COLUMNS if c not in frames[split].columns]
+            if missing:
+                raise ValueError(f"task.data: {file} lacks the columns {', '.join(missing)}")
+    if task.tasks:
+        frames = {split: f[f["task"].isin(task.tasks)].reset_index(drop=True) for split, f in frames.items()}
+    for split, f in frames.items():
+        if f.empty:
+            raise ValueError(f"task.data: the {split} split has no examples")
+    if task.data is not None:  # written in the trace formats this run scores by?
+        for name, rows in frames["validation"].groupby("task"):
+            format = task.format_of(name)
+            if not all(validate(name, x, y, format).valid for x, y in zip(rows["input"][:20], rows["trace"][:20])):
+                raise ValueError(f"task.data: the {name} traces in {task.data} are not valid in trace format "
+                                 f"{format!r}; set task.formats as the data was written (internalize data --format)")
+    return frames
+
+
+def credit(verdicts, strategies: tuple[str, ...]) -> dict[str, float] | None:
+    """Each valid trace's credit split over the strategies that write it; shares over the valid ones
+    (None when none is valid)."""
+    totals = dict.fromkeys(strategies, 0.0)
+    valid = [v for v in verdicts if v.valid]
+    if not valid:
+        return None
+    for verdict in valid:
+        for s in verdict.strategies:
+            totals[s] += 1 / len(verdict.strategies)
+    return {s: t / max(1, len(valid)) for s, t in totals.items()}
+
+
+def by_length(tokens: torch.Tensor, pad_id: int, chunks: int, per_row) -> torch.Tensor:
+    """per_row(rows, width) -> (len(rows),) values, evaluated on `chunks` groups of the right-padded
+    rows of `tokens`, sorted by length, each cut to its longest row (a causal model's outputs at the
+    real tokens do not depend on the padding after them); the values come back in row order."""
+    lengths = (tokens != pad_id).sum(1)
+    order = lengths.argsort(stable=True)
+    groups = [rows for rows in order.chunk(max(1, chunks)) if len(rows)]
+    values = torch.cat([per_row(rows, int(lengths[rows].max())) for rows in groups])
+    return values[order.argsort()]
+
+
+def strategy_entropy(task: Task, problem: dict) -> float:
+    """Entropy (nats) of the response given the input, strategies uniform: coinciding traces merge."""
+    traces = list(task.traces(problem).values())
+    counts = np.unique(traces, return_counts=True)[1] / len(traces)
+    return float(-(counts * np.log(counts)).sum())
+
+
+class Benchmark:
+    """The splits of one run (task.* keys), encoded; the fixed validation and test examples."""
+
+    def __init__(self, config, device: torch.device):
+        self.config = config
+        self.device = device
+        self.tokenizer = Tokenizer()
+        self.frames = load_splits(config.task)
+        self.names = [t for t in TASKS if t in set(self.frames["train"]["task"])]
+        self.tasks = {n: task_of(n, config.task.format_of(n)) for n in self.names}  # in this run's trace formats
+        self.data = {split: self.encode(f) for split, f in self.frames.items()}
+        self.longest = max(d[0].shape[1] for d in self.data.values())
+        gen = torch.Generator().manual_seed(config.seed + VAL_SEED)
+        self.val = self.subset("validation", config.train.val_size, gen)
+        self.test_rows = self.pick("test", config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
+        self.test = self.frames["test"].iloc[self.test_rows.tolist()]  # the evaluated test examples
+        self.test_data = tuple(t[self.test_rows] for t in self.data["test"])  # their tokens, response mask
+        # the data's own verdicts: which strategies write each test trace (shares, probe labels)
+        self.test_verdicts = [self.validate(t, x, y) for t, x, y in zip(self.test["task"], self.test["input"],
+                                                                         self.test["trace"])]
+        # (task, input) of every held-out example: task.fresh never trains on them
+        self.held_out = {(t, x) for split in ("validation", "test")
+                         for t, x in zip(self.frames[split]["task"], self.frames[split]["input"])}
+        # task.weights: each task's share of the fresh draws, and over the train split's rows (a task's
+        # rows share its weight); None without weights (uniform draws)
+        weights = config.task.weights
+        self.task_shares = np.array([weights.get(n, 1.0) for n in self.names]) if weights else None
+        if weights:
+            self.task_shares /= self.task_shares.sum()
+        train_tasks = self.frames["train"]["task"]
+        counts = train_tasks.value_counts()
+        self.row_weights = torch.tensor([weights.get(t, 1.0) / counts[t] for t in train_tasks],
+                                        dtype=torch.double) if weights else None
+
+    def validate(self, task: str, input: str, trace: str) -> Verdict:
+        """validate() in this run's trace format of `task`."""
+        return validate(task, input, trace, self.config.task.format_of(task))
+
+    # -- data ---------------------------------------------------------------------------------
+    def encode(self, frame: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded tokens (N, L) and the response mask (N, L): trace, </y> and <eos>."""
+        ids = [self.tokenizer.encode(text) for text in frame["text"]]
+        start = [len(self.tokenizer.encode(prompt(x))) for x in frame["input"]]
+        tokens = torch.full((len(ids), max(map(len, ids))), self.tokenizer.pad_id, dtype=torch.long)
+        response = torch.zeros_like(tokens, dtype=torch.bool)
+        for i, (row, s) in enumerate(zip(ids, start)):
+            tokens[i, :len(row)] = torch.tensor(row)
+            response[i, s:len(row)] = True
+        return tokens, response
+
+    def pick(self, split: str, size: int, generator: torch.Generator) -> torch.Tensor:
+        n = len(self.frames[split])
+        return torch.randperm(n, generator=generator)[:min(size, n)]
+
+    def subset(self, split: str, size: int, generator: torch.Generator):
+        rows = self.pick(split, size, generator)
+        return tuple(t[rows] for t in self.data[split])
+
+    def fresh_frame(self, batch_size: int, generator: torch.Generator) -> pd.DataFrame:
+        """batch_size new examples (task and strategy uniform), drawn by a numpy stream seeded from
+        `generator`, so a resumed run draws the same ones. Held-out inputs are refused, and so are
+        the rare examples longer than the longest of the splits (the model's positions end there)."""
+        rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
+        shares = self.task_shares
+        rows = []
+        while len(rows) < batch_size:
+            pick = (int(rng.choice(len(self.names), p=shares)) if shares is not None
+                    else int(rng.integers(len(self.names))))
+            task = self.tasks[self.names[pick]]
+            problem = task.sample(rng)
+            x = task.format_input(problem)
+            strategy = task.strategies[int(rng.integers(len(task.strategies)))]
+            text = frame(x, task.trace(problem, strategy))
+            if (task.name, x) not in self.held_out and len(self.tokenizer.encode(text)) <= self.longest:
+                rows.append({"input": x, "text": text})
+        return pd.DataFrame(rows)
+
+    def sample(self, batch_size: int, generator: torch.Generator):
+        if self.config.task.fresh:
+            tokens, response = self.encode(self.fresh_frame(batch_size, generator))
+        else:
+            rows = (torch.multinomial(self.row_weights, batch_size, replacement=True, generator=generator)
+                    if self.row_weights is not None
+                    else torch.randint(len(self.frames["train"]), (batch_size,), generator=generator))
+            tokens, response = (t[rows] for t in self.data["train"])
+        width = int((tokens != self.tokenizer.pad_id).sum(1).max())  # drop the all-pad columns
+        return tokens[:, :width].to(self.device), response[:, :width].to(self.device)
+
+    def prompts(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompt tokens (B, P) of these inputs and their mask (True at real tokens): every
+        prompt ends at the last column, `<z>` at column P - 4 and `<z_empty>` at P - 3."""
+        tok = self.tokenizer
+        prompts = [tok.encode(prompt(x)) for x in inputs]
+        width = max(map(len, prompts))
+        ids = torch.full((len(prompts), width), tok.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids, dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), True
+        return ids.to(self.device), mask.to(self.device)
+
+    @torch.no_grad()
+    def generate(self, decode: Decode, frame: pd.DataFrame, temperature: float, generator: torch.Generator | None,
+                 batch: int = 256, steps: int | None = None) -> list[str | None]:
+        """The trace each prompt's sample writes (the text before </y>; None when it never closes),
+        in at most `steps` tokens (default: the frame's longest trace and 8). `decode` writes the new
+        tokens of one batch of prompts: decode(ids, mask, steps, temperature, generator, rows), rows
+        being where the batch sits in the frame (a model, or one with a latent injected per row).
+
+        Each batch holds prompts of one length: a batch may decode only as far as its widest prompt
+        leaves positions, so a short prompt batched with a long one would lose a long trace's end."""
+        out: list[str | None] = [None] * len(frame)
+        longest = steps if steps is not None else max(len(t) for t in frame["trace"]) + 8
+        inputs = frame["input"].tolist()
+        widths = np.array([len(self.tokenizer.encode(prompt(x))) for x in inputs])
+        batches = []
+        for width in np.unique(widths):
+            rows = np.flatnonzero(widths == width)
+            batches += [rows[lo:lo + batch] for lo in range(0, len(rows), batch)]
+        for rows in batches:
+            ids, mask = self.prompts([inputs[i] for i in rows])
+            steps = min(longest, self.longest + 8 - ids.shape[1])
+            decoded = decode(ids, mask, steps, temperature, generator, torch.as_tensor(rows, device=self.device))
+            for i, row in zip(rows, decoded.cpu().tolist()):
+                text = self.tokenizer.decode(row)
+                out[i] = text.split("</y>")[0] if "</y>" in text else None
+        return out
+
+
+    def verdicts(self, frame: pd.DataFrame, traces: list[str | None]) -> list[Verdict]:
+        """Each generated trace's verdict in this run's formats (UNCLOSED for one that never closed)."""
+        return [UNCLOSED if t is None else self.validate(task, x, t)
+                for task, x, t in zip(frame["task"], frame["input"], traces)]
+
+    def split_shares(self, task: str, split: str = "train") -> dict[str, float]:
+        """The strategy labels' shares among a split's examples of `task`."""
+        frame = self.frames[split]
+        counts = frame.loc[frame["task"] == task, "strategy"].value_counts(normalize=True)
+        return {s: float(counts.get(s, 0.0)) for s in TASKS[task].strategies}
+
+    def training_shares(self, task: str) -> dict[str, float]:
+        """The strategy shares that training draws from: uniform under task.fresh, else the train split's.
+        Free of the test set's sampling noise (about 100 test inputs a task at eval.test_size 600), so
+        share_tv_train is the comparison to read where share_tv is noise (docs/strategies.md)."""
+        strategies = TASKS[task].strategies
+        if self.config.task.fresh:
+            return dict.fromkeys(strategies, 1 / len(strategies))
+        return self.split_shares(task)
+
+
+def total_variation(shares: dict[str, float] | None, reference: dict[str, float]) -> float | None:
+    """Half the L1 distance between two strategy-share dicts over the same strategies (None: no shares)."""
+    return None if shares is None else 0.5 * sum(abs(shares[s] - reference[s]) for s in reference)
+
+
+def mean(values: dict) -> float | None:
+    """The mean of a dict's values, those that are None left out (None when all are)."""
+    known = [v for v in values.values() if v is not None]
+    return float(np.mean(known)) if known else None
+
+
