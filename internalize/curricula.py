@@ -67,7 +67,7 @@ class E2E(Curriculum):
 
 
 @dataclass(frozen=True)
-class LogICoT(Curriculum):
+class TreeLevels(Curriculum):
     name: str = "log_icot"
     description: str = "hide one whole tree level per stage: log2(k) stages"
 
@@ -154,7 +154,7 @@ def _directional(name: str, description: str, from_right: bool = False):
 
 # name -> factory(per_stage, smoothing); `curriculum.name` in a config is one of these names
 CURRICULA: dict[str, Callable[[int, float], Curriculum]] = {
-    "log_icot": lambda per_stage, smoothing: LogICoT(),
+    "log_icot": lambda per_stage, smoothing: TreeLevels(),
     "stepwise": _directional("stepwise", "hide one more thinking token per stage (Deng et al. 2024): k - 1 stages"),
     "left": _directional("left", Directional.description),
     "right": _directional("right", "remove the tokens nearest the answer first", from_right=True),

@@ -87,8 +87,9 @@ class System:
         raise NotImplementedError
 
     @staticmethod
-    def table_columns(records: list[dict]) -> dict:
-        """Figures a sweep's results table adds to a finished run's row, from its metrics.jsonl records."""
+    def table_columns(records: list[dict], config) -> dict:
+        """Figures a sweep's results table adds to a finished run's row, from its metrics.jsonl records
+        and its config."""
         return {}
 
 

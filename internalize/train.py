@@ -1,6 +1,6 @@
 """The staged trainer: one loop for every curriculum.
 
-It knows nothing of tasks, models or curricula. A system (built by the experiment registry)
+It knows nothing of tasks, models or curricula. A system (built through the registry)
 hands it stages; each stage says which parameters learn, how a batch is scored, and how the
 stage is validated. The trainer runs the optimisation, decides when to advance, logs, and
 checkpoints everything it needs to continue exactly where it stopped: the model, the optimizer's

@@ -70,7 +70,7 @@ def compare(before: Path, after: Path) -> int:
             print(f"{name}: only {'before' if a.exists() else 'after'}")
             bad += 1
             continue
-        found = list(differences(json.loads(a.read_text()), json.loads(b.read_text())))
+        found = list(differences(*(without_timings(json.loads(f.read_text())) for f in (a, b))))
         print(f"{name}: {'identical' if not found else f'{len(found)} differences: ' + '; '.join(found[:5])}")
         bad += bool(found)
     print(f"{len(names) - bad} of {len(names)} identical")

@@ -85,9 +85,10 @@ def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
             rows.append(kept[t["id"]])
             continue
         row = dict(run_id=t["id"], status="pending", error=None)
-        if (path / "config.yaml").exists():
-            row.update({f"config.{k}": v for k, v in flatten(configs.load(str(path / "config.yaml")).model_dump(
-                mode="json")).items() if not isinstance(v, (list, dict))})
+        config = configs.load(str(path / "config.yaml")) if (path / "config.yaml").exists() else None
+        if config is not None:
+            row.update({f"config.{k}": v for k, v in flatten(config.model_dump(mode="json")).items()
+                        if not isinstance(v, (list, dict))})
         row.update({k: v for k, v in t["point"].items()})
         row["seed"] = t["seed"]
         if (path / "summary.json").exists():
@@ -98,8 +99,8 @@ def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
                     continue
                 row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
             row.update(stage_columns(summary.get("per_stage") or []))
-            if (path / "metrics.jsonl").exists():
-                row.update(registry.system_class(summary["system"]).table_columns(read_metrics(path)))
+            if config is not None and (path / "metrics.jsonl").exists():
+                row.update(registry.system_class(config.system).table_columns(read_metrics(path), config))
         elif (path / "error.txt").exists():
             row["status"] = "failed"
             lines = (path / "error.txt").read_text().strip().splitlines()

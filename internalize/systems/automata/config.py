@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from internalize.config import Strict
+from internalize.config import EvalConfig, Strict
 from internalize.models.gpt import GPTSection
 from internalize.systems.automata.semiautomata import action_distribution, make
 
@@ -33,3 +33,9 @@ class AutomataGPTConfig(GPTSection):
     # with every CoT token removed, the answer follows <sep> directly (no <ans>): the one-pass answer
     # is then written where each removal stage wrote its first state. Off: the paper's format, <ans> kept
     bare_answer: bool = False
+
+
+class AutomataEvalConfig(EvalConfig):
+    # a sweep's results table counts, as steps_to_relearn, each removal stage's steps until its
+    # validation loss is back at or under this (docs/sweeps.md)
+    relearn_loss: float = 0.1

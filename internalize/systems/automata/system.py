@@ -26,7 +26,6 @@ from internalize.systems.automata import figures
 from internalize.systems.automata.semiautomata import AutomatonTask, make
 
 PAD, SEP, ANS = 0, 1, 2
-RELEARN_LOSS = 0.1  # steps_to_relearn counts a removal stage's steps until validation loss is back under this
 
 
 class AutomataSystem(System):
@@ -238,11 +237,11 @@ class AutomataSystem(System):
         return f"{summary['automaton']}: " + ", ".join(parts)
 
     @staticmethod
-    def table_columns(records: list[dict]) -> dict:
-        return relearn_columns(records)
+    def table_columns(records: list[dict], config) -> dict:
+        return relearn_columns(records, config.eval.relearn_loss)
 
 
-def relearn_columns(records: list[dict], threshold: float = RELEARN_LOSS) -> dict:
+def relearn_columns(records: list[dict], threshold: float) -> dict:
     """How long the removal stages took to recover, from a run's metrics.jsonl records.
 
     For every finished stage after the first: the steps from its start until its validation loss is
