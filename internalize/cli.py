@@ -187,6 +187,26 @@ def reference(out: Optional[Path] = typer.Option(None, "--out", help="write it h
 
 
 @app.command()
+def claims(
+    check: bool = typer.Option(False, "--check", help="write nothing; exit 1 naming each stale page"),
+    record: Optional[Path] = typer.Option(None, "--record", help="first write this finished run as the "
+                                          "one-row table docs/results/runs/EXPERIMENT/results.csv"),
+) -> None:
+    """The claims tables (docs/claims/*.yaml), written from the committed result rows."""
+    from internalize import claims as tables
+
+    try:
+        if record is not None:
+            console.print(f"wrote {tables.record_run(record)}", highlight=False)
+        stale = tables.sync(check)
+    except ConfigError as err:
+        fail(str(err))
+    if check and stale:
+        fail(f"stale claims tables: {', '.join(stale)}; run `internalize claims`", code=1)
+    console.print(f"rewrote {', '.join(stale)}" if stale and not check else "claims tables current", highlight=False)
+
+
+@app.command()
 def bench(
     quick: bool = typer.Option(False, "--quick", help="small sizes: under a minute in all"),
     only: Optional[str] = typer.Option(None, "--only", help="comma-separated lines to measure (default: all)"),
