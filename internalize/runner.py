@@ -90,6 +90,7 @@ def finish(config: Config, system, run, result: dict, started: float, setup_seco
     for key, chance in system.stage_metrics.items():
         plots.stage_accuracy(result["per_stage"], run.figures / f"{key}.png", key, chance)
     system.figures(run.figures, result["per_stage"])
+    system.files(run.path)
     summary["wall_seconds"] = time.perf_counter() - started
     summary["setup_seconds"] = setup_seconds  # building the system and the run, before the first step
     run.write_summary(summary)

@@ -81,6 +81,10 @@ class System:
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         """The system's own figures (attention maps, scores), written into `folder` as PNG."""
 
+    def files(self, folder: Path) -> None:
+        """The system's own files beyond its figures (the samples behind the summary, say), written into
+        the run directory `folder`."""
+
     @staticmethod
     def describe(summary: dict) -> str:
         """One line of a finished run's headline figures, from its summary.json alone."""

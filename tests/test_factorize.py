@@ -244,8 +244,8 @@ def test_the_factorisation_runs_on_a_hugging_face_base(cli, tmp_path):
 
 
 def test_alignment_among_faithful_pairs_leaves_out_unfaithful_ones():
-    from internalize.systems.strategies.benchmark import Verdict
     from internalize.systems.strategies.alignment import consistent_when_valid
+    from internalize.systems.strategies.benchmark import Verdict
 
     def v(*strategies, valid=True):
         return Verdict(valid, valid, frozenset(strategies), "")
@@ -289,3 +289,54 @@ def test_posterior_fidelity_and_strategy_are_scored_against_each_inputs_own_test
         keeps = [first[n] in v.strategies for v, t in zip(system.bench.test_verdicts, tasks) if t == n]
         assert found["strategy_posterior"] == pytest.approx(np.mean(keeps))
     assert 0 < result["strategy_posterior"] < 1  # the reference traces use other strategies too
+
+
+def test_the_lift_interval_is_a_bootstrap_of_the_paired_differences():
+    from internalize.systems.strategies.alignment import lift_interval
+
+    rng = np.random.default_rng(0)
+    same = {"a": np.full(40, 0.5)}  # every pair lifts by 0.5: the interval is that point
+    per_task, overall = lift_interval(same, rng)
+    assert per_task["a"] == [0.5, 0.5] and overall == [0.5, 0.5]
+    lifts = {"a": rng.choice([-1.0, 0.0, 1.0], size=400, p=[0.1, 0.5, 0.4]), "b": np.zeros(300)}
+    per_task, overall = lift_interval(lifts, rng)
+    low, high = per_task["a"]
+    assert low < lifts["a"].mean() < high and 0 < low  # a true lift of 0.3: the interval excludes 0
+    assert high - low < 0.15  # about 4 standard errors of 0.032
+    assert per_task["b"] == [0.0, 0.0] and overall[0] < lifts["a"].mean() / 2 < overall[1]
+
+
+@pytest.mark.slow
+def test_every_figure_of_the_final_evaluation_is_recomputed_from_its_generations(tmp_path):
+    import pandas as pd
+
+    system = smoke_system("eval.pairs=60")
+    result = system.measure()
+    system.found = result
+    system.files(tmp_path)
+    table = pd.read_parquet(tmp_path / "generations.parquet")
+    assert set(table["purpose"]) == {"fidelity", "fidelity_greedy", "pair_source", "pair_target", "control_target",
+                                     "posterior", "steering"}
+    assert len(table[table["purpose"] == "fidelity"]) == len(system.bench.test)
+    assert (table.loc[table["purpose"] == "pair_source", "pair"].to_numpy() == np.arange(result["pairs"])).all()
+    pairs = {p: table[table["purpose"] == p].set_index("pair") for p in ("pair_source", "pair_target", "control_target")}
+
+    def agree(a, b):  # the two traces' strategy sets intersect
+        return [bool(set(filter(None, x.split(","))) & set(filter(None, y.split(","))))
+                for x, y in zip(a["strategies"], b["strategies"])]
+
+    for task, found in result["per_task"].items():
+        rows = table[table["task"] == task]
+        for purpose, key in (("fidelity", "fidelity"), ("fidelity_greedy", "fidelity_greedy"),
+                             ("posterior", "fidelity_posterior")):
+            assert found[key] == pytest.approx(rows.loc[rows["purpose"] == purpose, "valid"].mean())
+        source = pairs["pair_source"][pairs["pair_source"]["task"] == task]
+        target, control = (pairs[p].loc[source.index] for p in ("pair_target", "control_target"))
+        assert (target["task"] == task).all() and (target["input"] != source["input"]).all()
+        assert (control["input"] == target["input"]).all()  # the control regenerates the same target input
+        assert found["alignment"] == pytest.approx(np.mean(agree(source, target)))
+        assert found["alignment_control"] == pytest.approx(np.mean(agree(source, control)))
+        assert found["alignment_lift"] == pytest.approx(found["alignment"] - found["alignment_control"])
+        low, high = found["alignment_lift_ci"]
+        assert low <= found["alignment_lift"] <= high
+    assert result["alignment_lift"] == pytest.approx(np.mean([f["alignment_lift"] for f in result["per_task"].values()]))

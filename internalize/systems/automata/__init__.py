@@ -3,7 +3,11 @@ automaton as chain-of-thought tokens are removed (docs/automata.md). Importing t
 registers the system."""
 from internalize import registry
 from internalize.curricula import CurriculumConfig
-from internalize.systems.automata.config import AutomataEvalConfig, AutomataGPTConfig, AutomatonConfig
+from internalize.systems.automata.config import (
+    AutomataEvalConfig,
+    AutomataGPTConfig,
+    AutomatonConfig,
+)
 
 registry.register("automata", registry.SystemEntry(
     "internalize.systems.automata.system:AutomataSystem",

@@ -6,6 +6,10 @@ import json
 from itertools import product
 
 import numpy as np
+import torch
+
+from internalize.system import TEST_SEED
+from internalize.systems.strategies.benchmark import TASKS
 
 
 def draw_pairs(bench, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -62,3 +66,51 @@ def pca2(x: np.ndarray) -> np.ndarray:
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     out = centred @ vt[:2].T
     return np.pad(out, ((0, 0), (0, 2 - out.shape[1])))
+
+
+STEER_INPUTS = 60  # new inputs per (task, strategy) that a steering z is applied to
+LIFT_RESAMPLES = 1000  # bootstrap resamples of the pairs behind each lift interval
+
+
+def consistent(sources, targets) -> np.ndarray:
+    """(pairs,) bool: the two traces' strategy sets intersect (an unfaithful trace has none)."""
+    return np.array([bool(x.strategies & y.strategies) for x, y in zip(sources, targets)], dtype=bool)
+
+
+def lift_interval(lifts: dict[str, np.ndarray], rng: np.random.Generator,
+                  resamples: int = LIFT_RESAMPLES) -> tuple[dict[str, list[float]], list[float]]:
+    """95% bootstrap intervals [low, high]: per task, of the mean of its pairs' differences (each pair's
+    consistency minus its control's, the pairs resampled with replacement); and of the mean over tasks
+    of those means, each task's pairs resampled within it."""
+    draws = {n: d[rng.integers(len(d), size=(resamples, len(d)))].mean(1) for n, d in lifts.items() if len(d)}
+
+    def interval(values: np.ndarray) -> list[float]:
+        return [float(np.quantile(values, 0.025)), float(np.quantile(values, 0.975))]
+
+    overall = interval(np.mean(list(draws.values()), axis=0)) if draws else None
+    return {n: interval(v) for n, v in draws.items()}, overall
+
+
+@torch.no_grad()
+def steering(system) -> dict:
+    """Per task and strategy: the share of that strategy among the valid traces on new inputs when
+    z is the mean posterior mean of the test traces only that strategy writes."""
+    tokens, _ = system.bench.test_data
+    means = system.posterior_means(tokens)
+    tasks = system.bench.test["task"].to_numpy()
+    found = {}
+    gen = torch.Generator(device=system.device).manual_seed(system.config.seed + TEST_SEED + 2)
+    for n in system.bench.names:
+        found[n] = {}
+        for s in TASKS[n].strategies:
+            own = [i for i, v in enumerate(system.bench.test_verdicts) if tasks[i] == n and v.strategies == {s}]
+            if not own:
+                found[n][s] = None
+                continue
+            z = means[own].mean(0)
+            rows = np.flatnonzero(tasks == n)[:STEER_INPUTS]
+            verdicts = system.traces_with(system.bench.test.iloc[rows], z.expand(len(rows), -1), 1.0, gen, "steering",
+                                          row=rows, strategy=s)
+            valid = [v for v in verdicts if v.valid]
+            found[n][s] = float(np.mean([s in v.strategies for v in valid])) if valid else None
+    return found

@@ -257,3 +257,14 @@ def mean(values: dict) -> float | None:
     return float(np.mean(known)) if known else None
 
 
+
+
+def generation_rows(frame: pd.DataFrame, traces: list[str | None], verdicts: list[Verdict], purpose,
+                    **columns) -> pd.DataFrame:
+    """One row per generation: task, input, purpose (one, or one per row), the trace (None: never
+    closed), whether it is faithful, the strategies that write it (sorted, comma-joined), and `columns`
+    (the test row, the pair, the steering strategy ...)."""
+    return pd.DataFrame(dict(task=frame["task"].to_numpy(), input=frame["input"].to_numpy(),
+                             purpose=np.broadcast_to(np.asarray(purpose, dtype=object), (len(frame),)),
+                             trace=traces, valid=[v.valid for v in verdicts],
+                             strategies=[",".join(sorted(v.strategies)) for v in verdicts], **columns))

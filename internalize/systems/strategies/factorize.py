@@ -16,13 +16,20 @@ compatible-strategy sets intersect (strict: when they are equal; valid: among th
 traces are both faithful, which takes fidelity's share out); alignment_chance: the same
 figure for strategies drawn independently by the data's shares, coinciding traces included
 (alignment_chance_model: by the shares of the model's own faithful samples, the level that
-alignment_valid reaches when z is ignored). kl:
+alignment_valid reaches when z is ignored). alignment_control: the same pairs with each target
+generated from its own, independent router z: what a model that ignores z scores at its own
+fidelity (an unfaithful trace names no strategy, so alignment and its control are both capped by
+fidelity, while the chance levels are not); alignment_lift = alignment - alignment_control, and
+alignment_lift_ci its 95% bootstrap interval over pairs (per task; for the mean, pairs resampled
+within each task). kl:
 KL(q || r) on the test traces. fidelity_posterior: the fidelity with z drawn from the posterior of each
 input's own test trace (what the generator trains on; against fidelity, the router's mismatch);
 strategy_posterior: among those faithful traces, the share that keep the test trace's strategy (whether
 z carries it). `eval.snapshots` evaluations during training give the
 trajectories and the PCA of posterior means; steering applies the mean posterior z of one
-strategy's test traces to other inputs of its task and counts that strategy's share.
+strategy's test traces to other inputs of its task and counts that strategy's share. Every
+generation of the final evaluation is kept, one row each, in the run's generations.parquet (task,
+input, purpose, trace, valid, strategies, and the test row, pair or steering strategy it belongs to).
 """
 from __future__ import annotations
 
@@ -33,15 +40,17 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from internalize import plots
 from internalize.config import Config
 from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
 from internalize.systems.strategies import figures
 from internalize.systems.strategies.alignment import (
+    consistent,
     consistent_when_valid,
     draw_pairs,
+    lift_interval,
     pair_chance,
     pca2,
+    steering,
 )
 from internalize.systems.strategies.benchmark import TASKS, frame
 from internalize.systems.strategies.data import (
@@ -49,6 +58,7 @@ from internalize.systems.strategies.data import (
     Decode,
     by_length,
     credit,
+    generation_rows,
     mean,
 )
 from internalize.systems.strategies.frozen_base import frozen_base
@@ -57,7 +67,6 @@ from internalize.systems.strategies.objectives import kl_weight, response_term
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
-STEER_INPUTS = 60  # new inputs per (task, strategy) that a steering z is applied to
 
 
 class FactorizeSystem(System):
@@ -69,6 +78,7 @@ class FactorizeSystem(System):
         self.bench = Benchmark(config, self.device)
         self.num_stages = 1
         self.found: dict = {}  # what the latest evaluation found; the summary is cached here
+        self.generations: list[pd.DataFrame] | None = None  # the final evaluation's generations, while recorded
         base = frozen_base(config, self.bench, self.device)
         m = config.model
         self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets,
@@ -209,26 +219,38 @@ class FactorizeSystem(System):
         params = [self.net.posterior_params(t, self.slots(t)[2]) for t in tokens.to(self.device).split(256)]
         return torch.cat([p[0] if generator is None else draw(p, generator) for p in params])
 
-    def traces_with(self, frame: pd.DataFrame, z: torch.Tensor, temperature: float,
-                    generator: torch.Generator) -> list:
-        """Verdicts of the traces sampled on each input with its row of z."""
-        return self.bench.verdicts(frame, self.bench.generate(self.decoder(z), frame, temperature, generator))
+    def traces_with(self, frame: pd.DataFrame, z: torch.Tensor, temperature: float, generator: torch.Generator,
+                    purpose: str | None = None, **columns) -> list:
+        """Verdicts of the traces sampled on each input with its row of z. With a `purpose`, while the final
+        evaluation records them, every generation joins `generations` (one row each, `columns` beside)."""
+        traces = self.bench.generate(self.decoder(z), frame, temperature, generator)
+        verdicts = self.bench.verdicts(frame, traces)
+        if purpose is not None and self.generations is not None:
+            self.generations.append(generation_rows(frame, traces, verdicts, purpose, **columns))
+        return verdicts
 
     @torch.no_grad()
     def measure(self, snapshot: bool = False) -> dict:
-        """fidelity (sampled, greedy), alignment (intersecting, strict), KL; per task and the mean."""
+        """fidelity (sampled, greedy), alignment (intersecting, strict) and its control, KL; per task and
+        the mean. The final evaluation (not a snapshot) records every generation (`generations`)."""
         was = self.net.training
         self.net.eval()
+        self.generations = None if snapshot else []
         seed = self.config.seed + TEST_SEED
         frame = self.bench.test
         tasks = frame["task"].to_numpy()
-        z = self.route(frame, torch.Generator(device=self.device).manual_seed(seed))
-        sampled = self.traces_with(frame, z, 1.0, torch.Generator(device=self.device).manual_seed(seed))
-        greedy = self.traces_with(frame, z, 0.0, None)
+        positions = np.arange(len(frame))
+        gen = lambda offset: torch.Generator(device=self.device).manual_seed(seed + offset)  # noqa: E731
+        z = self.route(frame, gen(0))
+        sampled = self.traces_with(frame, z, 1.0, gen(0), "fidelity", row=positions)
+        greedy = self.traces_with(frame, z, 0.0, None, "fidelity_greedy", row=positions)
         src, tgt = draw_pairs(self.bench, self.config.eval.pairs, self.config.seed + TEST_SEED)
+        pair = np.arange(len(src))
         both = frame.iloc[np.concatenate([src, tgt])]
         zz = torch.cat([z[torch.from_numpy(src)]] * 2)  # the source's router z drives both generations
-        paired = self.traces_with(both, zz, 1.0, torch.Generator(device=self.device).manual_seed(seed + 1))
+        purposes = np.array(["pair_source"] * len(src) + ["pair_target"] * len(tgt))
+        paired = self.traces_with(both, zz, 1.0, gen(1), purposes, row=np.concatenate([src, tgt]),
+                                  pair=np.concatenate([pair, pair]))
         a, b = paired[:len(src)], paired[len(src):]
         tokens, response = self.bench.test_data
         rows = torch.arange(len(tokens)).split(256)
@@ -256,13 +278,14 @@ class FactorizeSystem(System):
             # fidelity against the router's tells the generator's damage from the router's mismatch, and
             # how often the trace keeps the reference's strategy tells whether z carries it
             post = self.posterior_means(tokens, torch.Generator(device=self.device).manual_seed(seed + 3))
-            posterior = self.traces_with(frame, post, 1.0, torch.Generator(device=self.device).manual_seed(seed + 3))
+            posterior = self.traces_with(frame, post, 1.0, gen(3), "posterior", row=positions)
             for n in self.bench.names:
                 mine = [(v, r) for v, r, t in zip(posterior, self.bench.test_verdicts, tasks) if t == n]
                 per_task[n]["fidelity_posterior"] = float(np.mean([v.valid for v, _ in mine]))
                 per_task[n]["strategy_posterior"] = consistent_when_valid(mine)
             for k in ("fidelity_posterior", "strategy_posterior"):
                 result[k] = mean({n: per_task[n][k] for n in self.bench.names})
+            result.update(self.control(a, b, src, tgt, per_task, gen))
             result["per_task"] = per_task
             result["pairs"] = len(src)
             chance = pair_chance(self.bench, src, tgt, self.shares)
@@ -279,32 +302,30 @@ class FactorizeSystem(System):
         self.net.train(was)
         return result
 
+    def control(self, sources: list, paired: list, src: np.ndarray, tgt: np.ndarray, per_task: dict, gen) -> dict:
+        """alignment_control: the same pairs with each target generated from its own, independent router z,
+        the level a model that ignores z reaches at its fidelity; alignment_lift = alignment - control
+        and its 95% bootstrap interval over pairs (alignment_lift_ci); into per_task, the means returned."""
+        frame, tasks = self.bench.test, self.bench.test["task"].to_numpy()
+        targets = frame.iloc[tgt]
+        controls = self.traces_with(targets, self.route(targets, gen(4)), 1.0, gen(5), "control_target", row=tgt,
+                                    pair=np.arange(len(src)))
+        together = consistent(sources, paired)
+        control = consistent(sources, controls)
+        lifts = {n: together[tasks[src] == n].astype(float) - control[tasks[src] == n] for n in self.bench.names}
+        intervals, overall = lift_interval(lifts, np.random.default_rng(self.config.seed + TEST_SEED))
+        for n in self.bench.names:
+            here = tasks[src] == n
+            per_task[n]["alignment_control"] = float(control[here].mean()) if here.any() else None
+            per_task[n]["alignment_lift"] = float(lifts[n].mean()) if here.any() else None
+            per_task[n]["alignment_lift_ci"] = intervals.get(n)
+        return dict(alignment_control=mean({n: per_task[n]["alignment_control"] for n in self.bench.names}),
+                    alignment_lift=mean({n: per_task[n]["alignment_lift"] for n in self.bench.names}),
+                    alignment_lift_ci=overall)
+
     def kl_of(self, tokens: torch.Tensor) -> torch.Tensor:
         z_at, _, end_at = self.slots(tokens)
         return gaussian_kl(self.net.posterior_params(tokens, end_at), self.net.router(tokens, z_at))
-
-    @torch.no_grad()
-    def steering(self) -> dict:
-        """Per task and strategy: the share of that strategy among the valid traces on new inputs when
-        z is the mean posterior mean of the test traces only that strategy writes."""
-        tokens, _ = self.bench.test_data
-        means = self.posterior_means(tokens)
-        tasks = self.bench.test["task"].to_numpy()
-        found = {}
-        gen = torch.Generator(device=self.device).manual_seed(self.config.seed + TEST_SEED + 2)
-        for n in self.bench.names:
-            found[n] = {}
-            for s in TASKS[n].strategies:
-                own = [i for i, v in enumerate(self.bench.test_verdicts) if tasks[i] == n and v.strategies == {s}]
-                if not own:
-                    found[n][s] = None
-                    continue
-                z = means[own].mean(0)
-                rows = np.flatnonzero(tasks == n)[:STEER_INPUTS]
-                verdicts = self.traces_with(self.bench.test.iloc[rows], z.expand(len(rows), -1), 1.0, gen)
-                valid = [v for v in verdicts if v.valid]
-                found[n][s] = float(np.mean([s in v.strategies for v in valid])) if valid else None
-        return found
 
     def evaluate(self, stage: int = 0) -> dict[str, float]:
         self.found = self.measure()
@@ -318,30 +339,29 @@ class FactorizeSystem(System):
         o, m = self.config.objective, self.config.model
         self.found["summary"] = dict(
             {k: self.found[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
-                                       "alignment_valid", "alignment_chance", "alignment_chance_model", "kl",
+                                       "alignment_valid", "alignment_chance", "alignment_chance_model",
+                                       "alignment_control", "alignment_lift", "alignment_lift_ci", "kl",
                                        "fidelity_posterior", "strategy_posterior", "per_task", "pairs")},
             objective=o.name, response_source=self.config.data.response_source, c=self.c, d_z=m.d_z,
             lora_rank=m.lora_rank, trainable_parameters=sum(p.numel() for p in self.net.learnable()),
             tasks=self.bench.names, test_examples=len(self.bench.test_rows),
             trajectory=[*self.trajectory, dict(step=self.config.train.steps_per_stage,
                                                **{k: self.found[k] for k in TRAJECTORY})],  # the end, without PCA
-            steering=self.steering(), data_strategy_shares=self.shares)
+            steering=steering(self), data_strategy_shares=self.shares)
         return self.found["summary"]
 
+    def files(self, folder: Path) -> None:
+        """generations.parquet: every generation of the final evaluation, one row each (see traces_with):
+        every figure of the summary can be recomputed from it."""
+        self.summary()
+        if self.generations:
+            table = pd.concat(self.generations, ignore_index=True)
+            table.to_parquet(folder / "generations.parquet", index=False)
+
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
-        s = self.summary()
-        plots.trajectories(s["trajectory"], ["fidelity", "alignment", "kl"], folder / "trajectory.png",
-                           f"{s['objective']}: over training (alignment chance {s['alignment_chance']:.2f})")
-        snapshots = {p["step"]: p["pca"] for p in s["trajectory"] if "pca" in p}
-        if snapshots:
-            keep = min(PCA_EXAMPLES, len(self.bench.test))
-            labels = [f"{t} / {st}" for t, st in zip(self.bench.test["task"][:keep], self.bench.test["strategy"][:keep])]
-            figures.pca_snapshots(snapshots, labels, folder / "posterior_pca.png",
-                                f"{s['objective']}: posterior means (PCA) by task and strategy")
-        bars = {f"{n}\n{st}": {"steered": np.nan if v is None else v, "data": s["data_strategy_shares"][n][st]}
-                for n, row in s["steering"].items() for st, v in row.items()}
-        plots.grouped_bars(bars, folder / "steering.png", "share of valid traces",
-                           f"{s['objective']}: steering with one strategy's mean posterior z", ylim=(0, 1.05))
+        keep = min(PCA_EXAMPLES, len(self.bench.test))
+        labels = [f"{t} / {st}" for t, st in zip(self.bench.test["task"][:keep], self.bench.test["strategy"][:keep])]
+        figures.factorisation(self.summary(), labels, folder)
 
     @staticmethod
     def describe(summary: dict) -> str:
@@ -351,6 +371,10 @@ class FactorizeSystem(System):
                 + ("n/a" if summary.get("alignment_valid") is None else f"{summary['alignment_valid']:.3f}")
                 + f", chance {summary['alignment_chance']:.3f} by the data's shares, "
                 + ("n/a" if summary.get("alignment_chance_model") is None else f"{summary['alignment_chance_model']:.3f}")
-                + f" by the model's own); KL {summary['kl']:.3f}")
+                + " by the model's own)"
+                + ("" if summary.get("alignment_lift") is None else
+                   f"; lift over its control {summary['alignment_lift']:+.3f} (95% "
+                   f"[{summary['alignment_lift_ci'][0]:+.3f}, {summary['alignment_lift_ci'][1]:+.3f}])")
+                + f"; KL {summary['kl']:.3f}")
 
 

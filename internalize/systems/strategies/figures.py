@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from internalize import plots
 from internalize.plots import plt
 
 
@@ -62,3 +63,18 @@ def pca_snapshots(snapshots: dict[int, list[list[float]]], labels: list[str], pa
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def factorisation(s: dict, labels: list[str], folder: Path) -> None:
+    """A factorisation run's figures from its summary: trajectories, the posterior means' PCA by task and
+    strategy (`labels`: the first test examples'), and steering against the data's shares."""
+    plots.trajectories(s["trajectory"], ["fidelity", "alignment", "kl"], folder / "trajectory.png",
+                       f"{s['objective']}: over training (alignment chance {s['alignment_chance']:.2f})")
+    snapshots = {p["step"]: p["pca"] for p in s["trajectory"] if "pca" in p}
+    if snapshots:
+        pca_snapshots(snapshots, labels, folder / "posterior_pca.png",
+                      f"{s['objective']}: posterior means (PCA) by task and strategy")
+    bars = {f"{n}\n{st}": {"steered": np.nan if v is None else v, "data": s["data_strategy_shares"][n][st]}
+            for n, row in s["steering"].items() for st, v in row.items()}
+    plots.grouped_bars(bars, folder / "steering.png", "share of valid traces",
+                       f"{s['objective']}: steering with one strategy's mean posterior z", ylim=(0, 1.05))
