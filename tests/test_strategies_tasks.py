@@ -54,6 +54,9 @@ DOCUMENTED = {
                                      "divide_first": "x-6/3=-21/3,x-2=-7,x=-5"}),
     "base_conversion": ("200>16", {"direct": "12r8,0rc=c8", "via_binary": "11001000:1100|1000=c8"}),
     "addition": ("457+68", {"right_to_left": "5c1,2c1,5c0=525", "place_value": "400,110,15;510,525=525"}),
+    ("grid_path", "choices"): ("S.#./..../...G", {"right_first": "R.R01,R#D11,R.R12,R.R13,R#D23=RDRRD",
+                                                 "down_first": "D.D10,D.D20,D#R21,D#R22,D#R23=DDRRR",
+                                                 "alternating": "R.R01,D.D11,R.R12,D.D22,R.R23=RDRDR"}),
     ("linear_equation", "columns"): ("6x-12=-54", {"subtract_first": "6x=-54+12,-6x=54-12,2b0,4b0,-6x=42,x=-7",
                                                   "divide_first": "x-12/6=-54/6,x-2=-9,x=-7"}),
     ("base_conversion", "halving"): ("200>16", {"direct": "12r8,0rc=c8",
@@ -390,3 +393,28 @@ def test_the_data_command_writes_the_splits_and_refuses_bad_input(cli, tmp_path)
         result = cli("data", *args)
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+
+
+def test_grid_choices_name_the_strategy_and_never_coincide():
+    """In the choices format the preferred moves alone name the strategy (R always, D always, R then D
+    in turn), the moves taken are the default format's, and no two strategies' traces are the same,
+    on inputs where the default traces coincide too."""
+    from internalize.systems.strategies.benchmark import task_of
+
+    default, choices = task_of("grid_path"), task_of("grid_path", "choices")
+    preferred = {"right_first": lambda i: "R", "down_first": lambda i: "D", "alternating": lambda i: "RD"[i % 2]}
+    coinciding = 0
+    for seed in range(300):
+        problem = choices.sample(np.random.default_rng(seed))
+        plain, named = default.traces(problem), choices.traces(problem)
+        coinciding += len(set(plain.values())) < len(plain)
+        assert len(set(named.values())) == len(named)
+        for strategy, trace in named.items():
+            steps, moves = trace.split("=")
+            assert moves == plain[strategy].split("=")[1]
+            for i, step in enumerate(steps.split(",")):
+                assert step[0] == preferred[strategy](i) and (step[1] == "#") == (step[0] != step[2])
+            verdict = validate("grid_path", choices.format_input(problem), trace, "choices")
+            assert verdict == Verdict(True, True, frozenset({strategy}))
+            assert not validate("grid_path", choices.format_input(problem), trace).valid  # not the default format
+    assert coinciding > 30  # the property is tested where it matters

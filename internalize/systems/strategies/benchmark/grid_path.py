@@ -12,6 +12,16 @@ strategy walks greedily from the start (examples on `S.#./..../...G`):
 - down_first: D when allowed, else R:                           `10,20,21,22,23=DDRRR`
 - alternating: prefers R on even steps (0, 2, ...) and D on odd ones, and takes the other move
   when the preferred one is not allowed:                        `01,11,12,22,23=RDRDR`
+In the default format the strategies coincide on about a quarter of the inputs, and alternating
+always shares its first move with right_first: the moves alone do not name the strategy. The
+`choices` format (`task.formats={grid_path: choices}`) writes, for each step, the move the
+strategy prefers there, whether that move was blocked ('#', or '.' when free), the move taken and
+the cell it reaches; then '=' and the moves. Every strategy's trace names it, and no two
+strategies' traces coincide (right_first prefers R at every step, down_first D, alternating R then
+D in turn):
+- right_first:  `R.R01,R#D11,R.R12,R.R13,R#D23=RDRRD`
+- down_first:   `D.D10,D.D20,D#R21,D#R22,D#R23=DDRRR`
+- alternating:  `R.R01,D.D11,R.R12,D.D22,R.R23=RDRDR`
 The sampler redraws a grid until every strategy reaches the goal; validating an input on which a
 strategy gets stuck simply leaves that strategy out of every verdict. Any monotone path that
 reaches the goal is a correct answer, so the answer depends on the strategy.
@@ -19,6 +29,7 @@ reaches the goal is a correct answer, so the answer depends on the strategy.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
@@ -28,6 +39,7 @@ NAME = "grid_path"
 STRATEGIES = ("right_first", "down_first", "alternating")
 _INPUT = re.compile(r"[.#SG]{2,10}(?:/[.#SG]{2,10}){1,9}")
 GRAMMAR = re.compile(r"[0-9]{2}(?:,[0-9]{2})*=[RD]+")
+GRAMMAR_CHOICES = re.compile(r"[RD][.#][RD][0-9]{2}(?:,[RD][.#][RD][0-9]{2})*=[RD]+")
 _STEP = {"R": (0, 1), "D": (1, 0)}
 
 
@@ -75,8 +87,8 @@ def _allowed(problem: dict, r: int, c: int, move: str) -> bool:
     return r + dr <= gr and c + dc <= gc and problem["grid"][r + dr][c + dc] != "#"
 
 
-def _walk(problem: dict, strategy: str) -> list[tuple[int, int, str]] | None:
-    """[(row, col, move)] after each move, or None when the walk gets stuck."""
+def _walk(problem: dict, strategy: str) -> list[tuple[int, int, str, str]] | None:
+    """[(row, col, move, the move preferred)] after each move, or None when the walk gets stuck."""
     if strategy not in STRATEGIES:
         raise unknown_strategy(NAME, strategy)
     (r, c), goal, steps = problem["start"], tuple(problem["goal"]), []
@@ -91,7 +103,7 @@ def _walk(problem: dict, strategy: str) -> list[tuple[int, int, str]] | None:
         if move is None:
             return None
         r, c = r + _STEP[move][0], c + _STEP[move][1]
-        steps.append((r, c, move))
+        steps.append((r, c, move, order[0]))
     return steps
 
 
@@ -99,7 +111,15 @@ def trace(problem: dict, strategy: str) -> str | None:
     steps = _walk(problem, strategy)
     if steps is None:
         return None
-    return ",".join(f"{r}{c}" for r, c, _ in steps) + "=" + "".join(m for _, _, m in steps)
+    return ",".join(f"{r}{c}" for r, c, _, _ in steps) + "=" + "".join(m for _, _, m, _ in steps)
+
+
+def trace_choices(problem: dict, strategy: str) -> str | None:
+    steps = _walk(problem, strategy)
+    if steps is None:
+        return None
+    return (",".join(f"{p}{'.' if m == p else '#'}{m}{r}{c}" for r, c, m, p in steps) + "="
+            + "".join(m for _, _, m, _ in steps))
 
 
 def is_correct(problem: dict, answer: str) -> bool:
@@ -115,3 +135,4 @@ def is_correct(problem: dict, answer: str) -> bool:
 
 
 TASK = Task(NAME, STRATEGIES, sample, format_input, parse_input, trace, GRAMMAR, is_correct)
+FORMATS = {"default": TASK, "choices": replace(TASK, trace=trace_choices, grammar=GRAMMAR_CHOICES)}
