@@ -313,7 +313,7 @@ def test_every_figure_of_the_final_evaluation_is_recomputed_from_its_generations
     system = smoke_system("eval.pairs=60")
     result = system.measure()
     system.found = result
-    system.files(tmp_path)
+    system.files(tmp_path)  # the summary (and its steering) first, then the file
     table = pd.read_parquet(tmp_path / "generations.parquet")
     assert set(table["purpose"]) == {"fidelity", "fidelity_greedy", "pair_source", "pair_target", "control_target",
                                      "posterior", "steering"}
@@ -340,3 +340,12 @@ def test_every_figure_of_the_final_evaluation_is_recomputed_from_its_generations
         low, high = found["alignment_lift_ci"]
         assert low <= found["alignment_lift"] <= high
     assert result["alignment_lift"] == pytest.approx(np.mean([f["alignment_lift"] for f in result["per_task"].values()]))
+    steered = table[table["purpose"] == "steering"]
+    cells = [(n, s, cell) for n, row in system.summary()["steering"].items() for s, cell in row.items() if cell]
+    assert cells  # some cell is measured at the smoke scale
+    for task, strategy, cell in cells:
+        rows = steered[(steered["task"] == task) & (steered["strategy"] == strategy)]
+        assert cell["inputs"] == len(rows) and cell["share"] == pytest.approx((rows["strategies"] == strategy).mean())
+        positions = system.bench.test.reset_index(drop=True)
+        assert set(rows["row"]) <= set(np.flatnonzero(positions["task"] == task)[1::2])  # the other half only
+        assert cell["chance"] == pytest.approx((positions["strategy"].iloc[rows["row"]] == strategy).mean())

@@ -34,21 +34,13 @@ def pair_chance(bench, src: np.ndarray, tgt: np.ndarray, shares: dict) -> dict[s
     """Per task: P(the compatible sets intersect) for strategies drawn independently on the two
     inputs of each pair by `shares` ({task: {strategy: share}})."""
     tasks = bench.test["task"].to_numpy()
-    problems = [json.loads(p) for p in bench.test["problem"]]
-    sets = {}
-
-    def compatible(i: int) -> dict[str, frozenset]:
-        if i not in sets:
-            traces = bench.tasks[tasks[i]].traces(problems[i])
-            sets[i] = {s: frozenset(o for o, u in traces.items() if u == t) for s, t in traces.items()}
-        return sets[i]
-
+    sets: dict[int, dict[str, frozenset]] = {}
     found: dict[str, list[float]] = {n: [] for n in bench.names}
     for a, b in zip(src, tgt):
         p = shares.get(tasks[a])
         if p is None:
             continue
-        sa, sb = compatible(a), compatible(b)
+        sa, sb = (sets.setdefault(i, compatible(bench, i)) for i in (a, b))
         found[tasks[a]].append(sum(p[s] * p[u] for s, u in product(p, p) if sa[s] & sb[u]))
     return {n: float(np.mean(v)) for n, v in found.items() if v}
 
@@ -68,7 +60,6 @@ def pca2(x: np.ndarray) -> np.ndarray:
     return np.pad(out, ((0, 0), (0, 2 - out.shape[1])))
 
 
-STEER_INPUTS = 60  # new inputs per (task, strategy) that a steering z is applied to
 LIFT_RESAMPLES = 1000  # bootstrap resamples of the pairs behind each lift interval
 
 
@@ -93,24 +84,41 @@ def lift_interval(lifts: dict[str, np.ndarray], rng: np.random.Generator,
 
 @torch.no_grad()
 def steering(system) -> dict:
-    """Per task and strategy: the share of that strategy among the valid traces on new inputs when
-    z is the mean posterior mean of the test traces only that strategy writes."""
-    tokens, _ = system.bench.test_data
+    """Per task and strategy, a cell {share, chance, inputs, coinciding}: each task's test inputs are
+    split in two halves (alternate positions); the strategy's z is the mean posterior mean of the
+    first half's test traces that it alone writes, and it is applied to every input of the second
+    half. `share`: among those inputs where no other strategy writes the same trace, the share whose
+    sampled trace is that strategy's alone; `chance`: that strategy's share among those inputs' own
+    test labels; `inputs`: how many; `coinciding`: the inputs set apart. None where the first half
+    holds no trace of the strategy alone, or the second half no input to score."""
+    bench = system.bench
+    tokens, _ = bench.test_data
     means = system.posterior_means(tokens)
-    tasks = system.bench.test["task"].to_numpy()
-    found = {}
+    tasks, labels = bench.test["task"].to_numpy(), bench.test["strategy"].to_numpy()
     gen = torch.Generator(device=system.device).manual_seed(system.config.seed + TEST_SEED + 2)
-    for n in system.bench.names:
+    found = {}
+    for n in bench.names:
+        rows = np.flatnonzero(tasks == n)
+        fit, apply = rows[0::2], rows[1::2]
+        writers = {i: compatible(bench, i) for i in apply}
         found[n] = {}
         for s in TASKS[n].strategies:
-            own = [i for i, v in enumerate(system.bench.test_verdicts) if tasks[i] == n and v.strategies == {s}]
-            if not own:
+            own = [i for i in fit if bench.test_verdicts[i].strategies == {s}]
+            alone = np.array([i for i in apply if writers[i][s] == frozenset({s})], dtype=int)
+            if not own or not len(alone):
                 found[n][s] = None
                 continue
             z = means[own].mean(0)
-            rows = np.flatnonzero(tasks == n)[:STEER_INPUTS]
-            verdicts = system.traces_with(system.bench.test.iloc[rows], z.expand(len(rows), -1), 1.0, gen, "steering",
-                                          row=rows, strategy=s)
-            valid = [v for v in verdicts if v.valid]
-            found[n][s] = float(np.mean([s in v.strategies for v in valid])) if valid else None
+            verdicts = system.traces_with(bench.test.iloc[alone], z.expand(len(alone), -1), 1.0, gen, "steering",
+                                          row=alone, strategy=s)
+            found[n][s] = dict(share=float(np.mean([v.strategies == {s} for v in verdicts])),
+                               chance=float(np.mean(labels[alone] == s)), inputs=int(len(alone)),
+                               coinciding=int(len(apply) - len(alone)))
     return found
+
+
+def compatible(bench, i: int) -> dict[str, frozenset]:
+    """Test row i: each strategy -> the strategies whose trace on that input is the same as its own
+    (the strategies that get stuck there share the trace None)."""
+    traces = bench.tasks[bench.test["task"].iat[i]].traces(json.loads(bench.test["problem"].iat[i]))
+    return {s: frozenset(o for o, u in traces.items() if u == t) for s, t in traces.items()}

@@ -74,7 +74,7 @@ def factorisation(s: dict, labels: list[str], folder: Path) -> None:
     if snapshots:
         pca_snapshots(snapshots, labels, folder / "posterior_pca.png",
                       f"{s['objective']}: posterior means (PCA) by task and strategy")
-    bars = {f"{n}\n{st}": {"steered": np.nan if v is None else v, "data": s["data_strategy_shares"][n][st]}
+    bars = {f"{n}\n{st}": {"steered": np.nan if v is None else v["share"], "chance": np.nan if v is None else v["chance"]}
             for n, row in s["steering"].items() for st, v in row.items()}
-    plots.grouped_bars(bars, folder / "steering.png", "share of valid traces",
-                       f"{s['objective']}: steering with one strategy's mean posterior z", ylim=(0, 1.05))
+    plots.grouped_bars(bars, folder / "steering.png", "share of traces that strategy's alone",
+                       f"{s['objective']}: steering new inputs with one strategy's mean posterior z", ylim=(0, 1.05))
