@@ -27,7 +27,7 @@ from internalize.config import Config, ConfigError, to_yaml
 
 CHECKPOINT = "last.safetensors"
 # a summary's wall-clock fields: everything else in it repeats exactly for the same config and seed
-TIMINGS = ("train_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy")
+TIMINGS = ("train_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy", "evaluation_seconds")
 
 
 def atomic_write(path: Path, write) -> None:

@@ -27,12 +27,13 @@ input's own test trace (what the generator trains on; against fidelity, the rout
 strategy_posterior: among those faithful traces, the share that keep the test trace's strategy (whether
 z carries it). `eval.snapshots` evaluations during training give the
 trajectories and the PCA of posterior means; steering applies the mean posterior z of one
-strategy's test traces to other inputs of its task and counts that strategy's share. Every
+strategy's traces on one half of a task's test inputs to the other half (internalize.systems.strategies.alignment.steering). Every
 generation of the final evaluation is kept, one row each, in the run's generations.parquet (task,
 input, purpose, trace, valid, strategies, and the test row, pair or steering strategy it belongs to).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -328,7 +329,9 @@ class FactorizeSystem(System):
         return gaussian_kl(self.net.posterior_params(tokens, end_at), self.net.router(tokens, z_at))
 
     def evaluate(self, stage: int = 0) -> dict[str, float]:
+        started = time.perf_counter()
         self.found = self.measure()
+        self.found["evaluation_seconds"] = time.perf_counter() - started
         return {k: self.found[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_chance", "kl")}
 
     def summary(self) -> dict:
@@ -336,6 +339,7 @@ class FactorizeSystem(System):
             return self.found["summary"]
         if "per_task" not in self.found:
             self.evaluate(0)
+        started = time.perf_counter()
         o, m = self.config.objective, self.config.model
         self.found["summary"] = dict(
             {k: self.found[k] for k in ("fidelity", "fidelity_greedy", "alignment", "alignment_strict",
@@ -348,6 +352,8 @@ class FactorizeSystem(System):
             trajectory=[*self.trajectory, dict(step=self.config.train.steps_per_stage,
                                                **{k: self.found[k] for k in TRAJECTORY})],  # the end, without PCA
             steering=steering(self), data_strategy_shares=self.shares)
+        # the final evaluation's own time: the measures at the stage's end and the steering generations
+        self.found["summary"]["evaluation_seconds"] = self.found.get("evaluation_seconds", 0.0) + time.perf_counter() - started
         return self.found["summary"]
 
     def files(self, folder: Path) -> None:
