@@ -253,6 +253,7 @@ class FactorizeSystem(System):
         paired = self.traces_with(both, zz, 1.0, gen(1), purposes, row=np.concatenate([src, tgt]),
                                   pair=np.concatenate([pair, pair]))
         a, b = paired[:len(src)], paired[len(src):]
+        together = consistent(a, b)  # (pairs,) one z, the two traces' strategy sets intersect
         tokens, response = self.bench.test_data
         rows = torch.arange(len(tokens)).split(256)
         kls = torch.cat([self.kl_of(tokens[r].to(self.device)) for r in rows]).cpu().numpy()
@@ -263,8 +264,7 @@ class FactorizeSystem(System):
             per_task[n] = dict(
                 fidelity=float(np.mean([v.valid for v, h in zip(sampled, here) if h])),
                 fidelity_greedy=float(np.mean([v.valid for v, h in zip(greedy, here) if h])),
-                alignment=float(np.mean([bool(x.strategies & y.strategies)
-                                         for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
+                alignment=float(together[pair_here].mean()) if pair_here.any() else None,
                 alignment_strict=float(np.mean([bool(x.strategies) and x.strategies == y.strategies
                                                 for x, y, h in zip(a, b, pair_here) if h])) if pair_here.any() else None,
                 alignment_valid=consistent_when_valid([(x, y) for x, y, h in zip(a, b, pair_here) if h]),
@@ -286,7 +286,7 @@ class FactorizeSystem(System):
                 per_task[n]["strategy_posterior"] = consistent_when_valid(mine)
             for k in ("fidelity_posterior", "strategy_posterior"):
                 result[k] = mean({n: per_task[n][k] for n in self.bench.names})
-            result.update(self.control(a, b, src, tgt, per_task, gen))
+            result.update(self.control(a, together, src, tgt, per_task, gen))
             result["per_task"] = per_task
             result["pairs"] = len(src)
             chance = pair_chance(self.bench, src, tgt, self.shares)
@@ -303,7 +303,8 @@ class FactorizeSystem(System):
         self.net.train(was)
         return result
 
-    def control(self, sources: list, paired: list, src: np.ndarray, tgt: np.ndarray, per_task: dict, gen) -> dict:
+    def control(self, sources: list, together: np.ndarray, src: np.ndarray, tgt: np.ndarray, per_task: dict,
+                gen) -> dict:
         """alignment_control: the same pairs with each target generated from its own, independent router z,
         the level a model that ignores z reaches at its fidelity; alignment_lift = alignment - control
         and its 95% bootstrap interval over pairs (alignment_lift_ci); into per_task, the means returned."""
@@ -311,7 +312,6 @@ class FactorizeSystem(System):
         targets = frame.iloc[tgt]
         controls = self.traces_with(targets, self.route(targets, gen(4)), 1.0, gen(5), "control_target", row=tgt,
                                     pair=np.arange(len(src)))
-        together = consistent(sources, paired)
         control = consistent(sources, controls)
         lifts = {n: together[tasks[src] == n].astype(float) - control[tasks[src] == n] for n in self.bench.names}
         intervals, overall = lift_interval(lifts, np.random.default_rng(self.config.seed + TEST_SEED))
