@@ -7,7 +7,7 @@ protocol is declared; the trainer imports it, and never a system.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -32,6 +32,9 @@ class Stage:
     # a training batch -> the scalar loss, or (scalar loss, {name: part}): each part is logged as train_<name>
     loss: Callable[[Any], Union[torch.Tensor, tuple[torch.Tensor, dict]]]
     validate: Callable[[], float]  # loss on the fixed validation set
+    # train.* keys this stage sets otherwise (its steps_per_stage, lr, warmup_steps, ...): a run in
+    # phases, each a stage with its own budget and learning rate
+    train: dict = field(default_factory=dict)
 
 
 class System:

@@ -151,8 +151,10 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
     with Progress(*columns, disable=not show_progress, transient=True) as bar:
         # where no bar can draw (a log file, a pipe), each evaluation prints one plain line instead
         plain = show_progress and not bar.console.is_terminal
+        run_cfg = cfg
         for index in range(state.stage, system.num_stages):
             stage = system.stage(index)
+            cfg = type(run_cfg).model_validate({**run_cfg.model_dump(), **stage.train}) if stage.train else run_cfg
             fresh = state.stage_step == 0
             reset = fresh and cfg.reset_optimizer
             if optimizer is None or reset:

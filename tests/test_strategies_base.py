@@ -166,3 +166,28 @@ def test_exact_shares_score_each_canonical_trace_once_up_to_its_closing():
         for st, share in found[name]["shares"].items():
             assert abs(share - mass[st] / total) < 1e-3
     assert coinciding > 0  # the even split of a trace two strategies write was exercised
+
+
+def test_phases_train_in_stages_each_with_its_own_weights_and_budget(tmp_path):
+    from internalize.train import Discard, train
+
+    s = system("task.per_task=400", "task.tasks=[list_sum,sorting]",
+               "train.phases=[{steps: 3, weights: {list_sum: 9}}, {steps: 2, lr: 3.0e-4, weights: {sorting: 9}}, {steps: 1}]",
+               "task.weights={sorting: 1.5}")
+    assert s.num_stages == 3
+    shares = []
+    for index in range(3):
+        stage = s.stage(index)
+        drawn = [task_of(t) for t in s.bench.fresh_frame(1000, torch.Generator().manual_seed(index))["text"]]
+        shares.append(drawn.count("list_sum") / 1000)
+        assert stage.info == {"phase": index + 1}
+    assert shares[0] > 0.85 and shares[1] < 0.15 and abs(shares[2] - 0.4) < 0.05  # the last: task.weights
+    assert s.stage(1).train == {"steps_per_stage": 2, "warmup_steps": 0, "lr": 3.0e-4}
+    result = train(s, s.config.train, torch.Generator().manual_seed(0), Discard(), show_progress=False)
+    assert [r["steps"] for r in result["per_stage"]] == [3, 2, 1]
+    assert all("fidelity" in r for r in result["per_stage"])  # each phase is evaluated at its end
+
+
+def test_a_phase_weighting_a_task_the_run_leaves_out_is_refused():
+    with pytest.raises(ValueError, match="addition"):
+        system("task.tasks=[list_sum,sorting]", "train.phases=[{steps: 3, weights: {addition: 2}}]")

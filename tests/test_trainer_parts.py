@@ -156,3 +156,26 @@ def test_precision_bf16_runs_the_loss_under_autocast_and_keeps_fp32_weights(prec
     run(system, precision=precision)
     assert seen and set(seen) == {dtype}
     assert layer.weight.dtype == torch.float32  # the weights the optimizer steps stay fp32
+
+
+class Phased(Linear):
+    """Linear, its stages setting their own budget, learning rate and warm-up (a run in phases)."""
+
+    def __init__(self, phases):
+        super().__init__(stages=len(phases))
+        self.phases = phases
+
+    def stage(self, index):
+        stage = super().stage(index)
+        stage.train = self.phases[index]
+        return stage
+
+
+def test_a_stage_sets_its_own_budget_learning_rate_and_warm_up():
+    system = Phased([{"steps_per_stage": 3, "lr": 0.5}, {"steps_per_stage": 2, "lr": 0.01, "warmup_steps": 2}])
+    result = run(system, steps_per_stage=7, lr=0.1)
+    assert [r["steps"] for r in result["per_stage"]] == [3, 2] and result["steps"] == 5
+    steps = [a for a, _ in system.trace]  # Adam moves each parameter by about lr a step under a constant gradient
+    moves = [steps[0], *(b - a for a, b in zip(steps, steps[1:]))]
+    assert moves[:3] == pytest.approx([-0.5] * 3, rel=1e-3)
+    assert moves[3:] == pytest.approx([-0.005, -0.01], rel=1e-3)  # the second phase's warm-up, then its lr

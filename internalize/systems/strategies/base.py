@@ -2,7 +2,9 @@
 
 Each example is framed as <bos><x>input</x><z><z_empty></z><y>trace</y><eos>; the strategy that
 wrote the trace is never shown. The loss is cross-entropy on the response (the trace, </y> and
-<eos>), teacher forced. One stage (`full_cot`) of train.steps_per_stage steps.
+<eos>), teacher forced. One stage of train.steps_per_stage steps, or one stage per train.phases entry
+(each with its own steps, learning rate, warm-up and task weights, its optimizer fresh, evaluated
+at its end): a recipe that continues a run with other settings, in one command.
 
 Evaluation, on the test split: prompts up to <y>, left-padded into batches of 256, generated with the
 key/value cache until <eos>. A sample is *faithful* when the task's validator says it parses, its
@@ -56,7 +58,10 @@ class StrategiesBaseSystem(System):
         self.stage_metrics = {"fidelity": None, "fidelity_greedy": None}
         m = config.model
         self.model = GPT(GPTConfig(len(bench.tokenizer), bench.longest + 8, m.width, m.depth, m.heads)).to(self.device)
-        self.num_stages = 1
+        self.phases = config.train.phases
+        self.num_stages = max(1, len(self.phases))
+        for phase in self.phases:
+            bench.weigh(config.task.weights if phase.weights is None else phase.weights)  # refuse a task left out
         self.found: dict = {}  # what the latest evaluation found; summary and probes are cached here
 
     # -- training ------------------------------------------------------------------------------
@@ -81,8 +86,13 @@ class StrategiesBaseSystem(System):
         def validate_loss() -> float:
             return float(self.loss_of(val))
 
-        return Stage(info={}, params=list(self.model.parameters()), sample=self.bench.sample, loss=self.loss_of,
-                     validate=validate_loss)
+        info, train = {}, {}
+        if self.phases:
+            phase = self.phases[index]
+            self.bench.weigh(self.config.task.weights if phase.weights is None else phase.weights)
+            info, train = {"phase": index + 1}, phase.train_keys()
+        return Stage(info=info, params=list(self.model.parameters()), sample=self.bench.sample, loss=self.loss_of,
+                     validate=validate_loss, train=train)
 
     # -- evaluation ----------------------------------------------------------------------------
     def decode(self, ids: torch.Tensor, mask: torch.Tensor, steps: int, temperature: float,

@@ -52,6 +52,39 @@ class StrategiesTrainConfig(TrainConfig):
     length_chunks: int = Field(1, ge=1)
 
 
+class Phase(Strict):
+    """One phase of a base run in phases: a stage of its own step budget, learning rate and task weights,
+    its optimizer fresh (what continuing a finished run with other settings did, in one command)."""
+    steps: int = Field(ge=1)
+    lr: Optional[float] = None  # None: train.lr
+    warmup_steps: int = Field(0, ge=0)  # the phase's learning rate rises linearly over its first steps
+    weights: Optional[dict[str, float]] = None  # task.weights during this phase (None: task.weights)
+
+    @model_validator(mode="after")
+    def _known(self):
+        from internalize.systems.strategies.benchmark import TASKS
+
+        for name, weight in (self.weights or {}).items():
+            if name not in TASKS:
+                raise ValueError(f"unknown task {name!r} in a phase's weights; the benchmark has {', '.join(TASKS)}")
+            if not weight > 0:
+                raise ValueError("a phase's weights must be positive")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError("a phase's lr must be positive")
+        return self
+
+    def train_keys(self) -> dict:
+        """The train.* keys this phase sets (Stage.train)."""
+        return dict(steps_per_stage=self.steps, warmup_steps=self.warmup_steps,
+                    **({} if self.lr is None else {"lr": self.lr}))
+
+
+class BaseTrainConfig(StrategiesTrainConfig):
+    # train the base in phases, one stage each, evaluated at its end (empty: one stage of
+    # train.steps_per_stage steps)
+    phases: list[Phase] = []
+
+
 class LatentModelConfig(Strict):
     """strategies_factorize: router/generator and posterior, LoRA copies of a frozen base."""
     name: Literal["latent"] = "latent"

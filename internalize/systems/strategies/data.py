@@ -120,9 +120,14 @@ class Benchmark:
         # (task, input) of every held-out example: task.fresh never trains on them
         self.held_out = {(t, x) for split in ("validation", "test")
                          for t, x in zip(self.frames[split]["task"], self.frames[split]["input"])}
-        # task.weights: each task's share of the fresh draws, and over the train split's rows (a task's
-        # rows share its weight); None without weights (uniform draws)
-        weights = config.task.weights
+        self.weigh(config.task.weights)
+
+    def weigh(self, weights: dict[str, float]) -> None:
+        """Draw training examples with these task weights (a task not named: 1; empty: uniform): each
+        task's share of the fresh draws, and over the train split's rows (a task's rows share its weight)."""
+        unused = sorted(set(weights) - set(self.names))
+        if unused:
+            raise ValueError(f"task weights name {unused[0]!r}, which this run's tasks leave out")
         self.task_shares = np.array([weights.get(n, 1.0) for n in self.names]) if weights else None
         if weights:
             self.task_shares /= self.task_shares.sum()
