@@ -274,7 +274,7 @@ class GPT(nn.Module):
                 token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
             else:
                 probs = (logits[:, -1] / temperature).softmax(dim=-1)  # (B, V)
-                token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+                token = draw_tokens(probs, generator)  # (B, 1)
             if stop_token is not None:
                 token = token.masked_fill(done[:, None], stop_token)
                 done = done | (token[:, 0] == stop_token)
@@ -285,6 +285,26 @@ class GPT(nn.Module):
                 attention_mask = F.pad(attention_mask.bool(), (0, 1), value=True)  # (B, S + 1)
             logits, cache = self(token, cache, attention_mask=attention_mask, inject=inject)
         return torch.cat(out, dim=1) if out else prompt.new_zeros(prompt.shape[0], 0)
+
+
+def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """(B, V) probabilities -> (B, 1) tokens drawn with `generator`, on the probabilities' device.
+
+    A generator on another device (the trainer's, which stays on the CPU so checkpoints hold its state,
+    sampling responses on a GPU) cannot drive torch.multinomial there; it draws one uniform a row on
+    its own device, and the token is where that uniform falls in the row's cumulative probabilities."""
+    if generator is None or generator.device == probs.device:
+        return torch.multinomial(probs, 1, generator=generator)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=generator.device).to(probs.device)
+    return inverse_cdf(probs, u)
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """(B, V) probabilities (not necessarily normalised), (B, 1) uniforms in [0, 1) -> (B, 1) the first
+    token whose cumulative probability exceeds u times the row's total (a zero-probability token never)."""
+    cumulative = probs.double().cumsum(-1)
+    token = torch.searchsorted(cumulative, u.double() * cumulative[:, -1:], right=True)
+    return token.clamp_(max=probs.shape[1] - 1)
 
 
 class GPTSection(Strict):

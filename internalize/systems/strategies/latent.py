@@ -47,7 +47,8 @@ def gaussian_kl(q: tuple[torch.Tensor, torch.Tensor], r: tuple[torch.Tensor, tor
 def draw(params: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator | None = None) -> torch.Tensor:
     """A reparameterised sample of a diagonal Gaussian (mean, log-variance)."""
     mean, logvar = params
-    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    device = mean.device if generator is None else generator.device  # a generator draws on its own device
+    noise = torch.randn(mean.shape, generator=generator, device=device, dtype=mean.dtype).to(mean.device)
     return mean + (0.5 * logvar).exp() * noise
 
 
