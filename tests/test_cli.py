@@ -102,6 +102,11 @@ def test_same_config_and_seed_give_the_same_summary(cli, tmp_path, name):
     a, b, c = (without_timings(read_summary(tmp_path / run)) for run in ("a", "b", "c"))
     assert a == b
     assert a["per_stage"] != c["per_stage"]  # another seed: other data, another run
+    if name == "strategies_factorize":  # every generation of the final evaluation repeats too
+        import pandas as pd
+
+        tables = [pd.read_parquet(tmp_path / run / "generations.parquet") for run in ("a", "b")]
+        assert len(tables[0]) > 0 and tables[0].equals(tables[1])
 
 
 @pytest.mark.parametrize("args,message", [

@@ -15,7 +15,9 @@ from internalize.cli import app
 from internalize.reference import config_reference
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").glob("*.md")])
+RESULTS = ROOT / "docs" / "results"
+PAGES = sorted([ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").glob("*.md"),
+                RESULTS / "README.md"])
 PAGES = [p for p in PAGES if p.exists()]
 COMMANDS = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
 
@@ -164,3 +166,22 @@ def test_every_experiment_and_sweep_is_documented():
         shown.add(sweeps.read_spec(name).experiment)
     for name in configs.available():
         assert f"internalize run {name}" in text or name in shown, f"no page shows `internalize run {name}`"
+
+
+def test_every_committed_table_names_the_command_that_reproduces_it():
+    """docs/results/README.md has a row for every folder of committed rows (a sweep's, a single
+    run's under runs/), linking it, with one command that parses as written; a folder named after a
+    bundled sweep is reproduced by that sweep."""
+    rows = {}
+    for line in (RESULTS / "README.md").read_text().splitlines():
+        match = re.match(r"\| \[([\w/]+)\]\(([^)]+)\) \| `(internalize [^`]+)` \|", line)
+        if match:
+            rows[match.group(1)] = (match.group(2), match.group(3))
+    folders = {str(p.parent.relative_to(RESULTS)) for p in RESULTS.rglob("*.csv") if "figures" not in p.parts}
+    assert folders - set(rows) == set(), "tables without a command in docs/results/README.md"
+    assert set(rows) - folders == set(), "rows of docs/results/README.md without a committed table"
+    for name, (link, command) in rows.items():
+        assert (RESULTS / link).exists(), f"{name}: {link} does not exist"
+        check_command(shlex.split(command)[1:])
+        if name in sweeps.available():
+            assert command == f"internalize sweep {name}", f"{name} is a sweep's table: {command}"

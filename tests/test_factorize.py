@@ -349,3 +349,19 @@ def test_every_figure_of_the_final_evaluation_is_recomputed_from_its_generations
         positions = system.bench.test.reset_index(drop=True)
         assert set(rows["row"]) <= set(np.flatnonzero(positions["task"] == task)[1::2])  # the other half only
         assert cell["chance"] == pytest.approx((positions["strategy"].iloc[rows["row"]] == strategy).mean())
+
+
+def test_pairs_are_as_many_as_asked_spread_over_the_tasks_and_the_even_ones_kept():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    names = ["list_sum", "sorting", "grid_path", "addition"]
+    bench = SimpleNamespace(names=names, test=pd.DataFrame({"task": [n for n in names for _ in range(50)]}))
+    src, tgt = draw_pairs(bench, 1026, 7)
+    tasks = bench.test["task"].to_numpy()
+    assert len(src) == 1026 and (src != tgt).all() and (tasks[src] == tasks[tgt]).all()
+    assert [int((tasks[src] == n).sum()) for n in names] == [257, 257, 256, 256]
+    even, _ = draw_pairs(bench, 1024, 7)
+    assert np.array_equal(src[:1024], even)  # the remainder is drawn after the evenly spread pairs
+    assert len(draw_pairs(bench, 3, 7)[0]) == 4  # fewer than the tasks: one a task

@@ -22,8 +22,10 @@ LONG_SMOKE = {  # seconds-long runs that log every step and checkpoint every 7
                 "--set", "train.eval_every=1", "--set", "train.checkpoint_every=7"],
     "automata": ["automata_regimes", "--smoke", "--quiet", "--set", "train.eval_every=1", "--set",
                  "train.checkpoint_every=7", "--set", "curriculum.smoothing=4"],
-    "strategies": ["strategies_base", "--smoke", "--quiet", "--set", "train.steps_per_stage=80", "--set",
-                   "train.eval_every=1", "--set", "train.checkpoint_every=7"],
+    # in two phases, the second with its own lr, warm-up and task weights: a resume inside either
+    "strategies": ["strategies_base", "--smoke", "--quiet", "--set", "train.eval_every=1", "--set",
+                   "train.checkpoint_every=7", "--set",
+                   "train.phases=[{steps: 50}, {steps: 30, lr: 3.0e-4, warmup_steps: 5, weights: {sorting: 3}}]"],
     # responses sampled from the base: the trainer's generator draws them, so resume must replay it
     "factorize": ["strategies_factorize", "--smoke", "--quiet", "--set", "train.steps_per_stage=60", "--set",
                   "train.eval_every=1", "--set", "train.checkpoint_every=7", "--set", "data.response_source=base"],
@@ -62,6 +64,8 @@ def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, t
     records = lambda p: [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}  # noqa: E731
                          for line in (p / "metrics.jsonl").read_text().splitlines()]
     assert records(killed) == records(whole)
+    if model == "factorize":  # and every generation of the final evaluation
+        assert pd.read_parquet(killed / "generations.parquet").equals(pd.read_parquet(whole / "generations.parquet"))
 
 
 @pytest.mark.slow

@@ -498,3 +498,32 @@ def test_a_report_of_a_damaged_results_table_is_one_line(cli, tmp_path):
     result = cli("report", root)
     assert result.exit_code == 2 and "cannot read results table" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_run_the_sweep_rests_on_is_trained_first_and_once(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # `before` paths, like model.base, read from where the sweep runs
+    file = write(tmp_path, """experiment: strategies_base
+scale: smoke
+before:
+  - {experiment: strategies_base, scale: smoke, out: runs/base, set: {train.steps_per_stage: 6}}
+set: {model.init: runs/base}
+grid:
+  train.lr: [1.0e-3, 3.0e-4]
+report: {metrics: [fidelity]}
+""")
+    result = cli("sweep", file, "--out", "out", "--quiet")
+    assert result.exit_code == 0, result.output
+    base = json.loads(Path("runs/base/summary.json").read_text())
+    assert base["steps"] == 6
+    table = pd.read_parquet("out/results.parquet")
+    assert sorted(table["status"]) == ["done", "done"]
+    stamp = Path("runs/base/summary.json").stat().st_mtime_ns
+    shutil.rmtree("out/runs/train.lr=0.0003__seed=0")
+    again = cli("sweep", file, "--out", "out", "--quiet")
+    assert again.exit_code == 0 and "1 run now, 1 already finished" in again.output, again.output
+    assert Path("runs/base/summary.json").stat().st_mtime_ns == stamp  # finished: not trained again
+    failing = write(tmp_path, file.read_text().replace("train.steps_per_stage: 6", "train.lr: .inf")
+                    .replace("runs/base", "runs/bad"), "failing.yaml")
+    result = cli("sweep", failing, "--out", "out2", "--quiet")
+    assert result.exit_code == 2 and "the run before the sweep" in result.output and "non-finite" in result.output
+    assert not list(Path("out2/runs").iterdir())  # none of the sweep's own runs started

@@ -6,6 +6,8 @@ A sweep file:
     out: runs/sweeps/k_by_seed        # optional; default runs/sweeps/<file stem>
     scale: smoke                      # optional
     set: {train.val_size: 1024}       # optional: fixed overrides for every run
+    before:                           # optional: runs the sweep's runs read (a base model), trained first
+      - {experiment: strategies_base, scale: calibration, out: runs/strategies_base/calibration}
     cases:                            # optional: settings that go together, crossed with the grid
       - {curriculum.name: log_icot}
       - {curriculum.name: e2e, train.max_steps_per_stage: 2000}
@@ -17,6 +19,10 @@ A sweep file:
       figures:
         - {x: task.k, y: samples_to_full_accuracy, logx: true, logy: true, fit: power}
         - {x: fidelity, y: alignment, scatter: true, group: objective.name}  # two summary figures
+
+A `before` run is trained into its `out` directory ahead of the sweep's runs, one at a time, and
+skipped once it has finished there (continued from its checkpoint when interrupted); if it fails,
+the sweep stops with its error. A sweep and the base it rests on are then one command.
 
 Runs start seed by seed (each point's first seed, then each point's second, ...). Re-running a
 sweep skips finished runs, continues interrupted ones from their checkpoints and retries failed

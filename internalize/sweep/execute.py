@@ -160,6 +160,17 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         (root / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
     except OSError as err:
         raise ConfigError(f"cannot write sweep directory {root}: {err.strerror or err}") from None
+    for before in spec.before:  # what the runs read, first (one at a time: each may use every core)
+        path = Path(before.out)
+        if (path / "summary.json").exists():
+            continue
+        if show:
+            print(f"before the sweep: {before.experiment} into {path}", flush=True)
+        outcome = run_one(dict(id=str(path), experiment=before.experiment, overrides=before.overrides(),
+                               scale=before.scale, path=str(path), threads=threads))
+        if outcome["status"] == "failed":
+            raise ConfigError(f"the run before the sweep ({before.experiment} into {path}) failed: "
+                              f"{outcome['error']} (see {path / 'error.txt'})")
     if done_from is not None:
         import_rows(root, tasks, done_from)
     kept = imported(root)

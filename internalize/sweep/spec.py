@@ -41,8 +41,22 @@ class ReportSpec(Strict):
     figures: list[FigureSpec] = []
 
 
+class BeforeRun(Strict):
+    """A run the sweep's runs read (a base model they set as model.base): trained before them in `out`,
+    skipped once finished there, continued from its checkpoint when interrupted; so the sweep and what
+    it rests on are one command."""
+    experiment: str
+    out: str  # its run directory (relative paths: from where the sweep is run, as model.base reads them)
+    scale: Optional[str] = None
+    set: dict[str, Any] = {}
+
+    def overrides(self) -> list[str]:
+        return [f"{k}={json.dumps(v)}" for k, v in self.set.items()]
+
+
 class SweepSpec(Strict):
     experiment: str
+    before: list[BeforeRun] = []
     out: Optional[str] = None
     scale: Optional[str] = None
     set: dict[str, Any] = {}
@@ -119,6 +133,8 @@ def expand(spec: SweepSpec) -> list[dict]:
             overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
             configs.load(spec.experiment, overrides, spec.scale)  # refuse a bad sweep before any run starts
             tasks.append(dict(id=run_id(point, seed), point=point, seed=seed, overrides=overrides))
+    for before in spec.before:
+        configs.load(before.experiment, before.overrides(), before.scale)
     if len({t["id"] for t in tasks}) != len(tasks):
         raise ConfigError("the sweep repeats a grid point or seed")
     check_figures(spec)

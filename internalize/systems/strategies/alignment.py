@@ -12,21 +12,22 @@ from internalize.system import TEST_SEED
 from internalize.systems.strategies.benchmark import TASKS
 
 
-def draw_pairs(bench, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def draw_pairs(bench, count: int, seed: int, frame=None) -> tuple[np.ndarray, np.ndarray]:
     """`count` (source, target) positions in the test frame: distinct inputs of one task, the pairs
-    spread evenly over the tasks."""
+    spread evenly over the tasks (the remainder of count / tasks one more each for the first tasks,
+    drawn after the others, so the evenly spread pairs do not depend on it); positions in `frame`
+    (default: the whole test frame)."""
     rng = np.random.default_rng(seed)
-    tasks = bench.test["task"].to_numpy()
-    per = max(1, count // len(bench.names))
-    src, tgt = [], []
-    for name in bench.names:
-        rows = np.flatnonzero(tasks == name)
-        if len(rows) < 2:
-            continue
-        for _ in range(per):
-            a, b = rng.choice(rows, size=2, replace=False)
-            src.append(a)
-            tgt.append(b)
+    tasks = (bench.test if frame is None else frame)["task"].to_numpy()
+    rows = {n: np.flatnonzero(tasks == n) for n in bench.names}
+    rows = {n: r for n, r in rows.items() if len(r) >= 2}
+    per, extra = divmod(count, len(bench.names))
+    if per == 0:  # fewer pairs than tasks: one a task
+        per, extra = 1, 0
+    order = [n for n in bench.names if n in rows]
+    drawn = [n for n in order for _ in range(per)] + [n for n in order[:extra]]
+    pairs = [rng.choice(rows[n], size=2, replace=False) for n in drawn]
+    src, tgt = ([int(p[i]) for p in pairs] for i in (0, 1))
     return np.array(src, dtype=int), np.array(tgt, dtype=int)
 
 

@@ -141,3 +141,6 @@ class DataConfig(Strict):
 class FactorizeEvalConfig(EvalConfig):
     pairs: int = 1024  # same-task input pairs scored for alignment
     snapshots: int = 4  # evaluations during training (trajectories, PCA)
+    # each snapshot measures the first this many test inputs (a random subset; every task in it) and
+    # eval.pairs in proportion: a trajectory point at a fifth of the final evaluation's cost at 3,000
+    snapshot_size: int = Field(600, ge=1)

@@ -238,14 +238,19 @@ class FactorizeSystem(System):
         self.net.eval()
         self.generations = None if snapshot else []
         seed = self.config.seed + TEST_SEED
-        frame = self.bench.test
+        frame, (tokens, response) = self.bench.test, self.bench.test_data
+        pairs = self.config.eval.pairs
+        if snapshot:  # a trajectory point: the first eval.snapshot_size test inputs, pairs in proportion
+            keep = min(self.config.eval.snapshot_size, len(frame))
+            pairs = max(1, round(pairs * keep / len(frame)))
+            frame, tokens, response = frame.iloc[:keep], tokens[:keep], response[:keep]
         tasks = frame["task"].to_numpy()
         positions = np.arange(len(frame))
         gen = lambda offset: torch.Generator(device=self.device).manual_seed(seed + offset)  # noqa: E731
         z = self.route(frame, gen(0))
         sampled = self.traces_with(frame, z, 1.0, gen(0), "fidelity", row=positions)
         greedy = self.traces_with(frame, z, 0.0, None, "fidelity_greedy", row=positions)
-        src, tgt = draw_pairs(self.bench, self.config.eval.pairs, self.config.seed + TEST_SEED)
+        src, tgt = draw_pairs(self.bench, pairs, self.config.seed + TEST_SEED, frame)
         pair = np.arange(len(src))
         both = frame.iloc[np.concatenate([src, tgt])]
         zz = torch.cat([z[torch.from_numpy(src)]] * 2)  # the source's router z drives both generations
@@ -254,7 +259,6 @@ class FactorizeSystem(System):
                                   pair=np.concatenate([pair, pair]))
         a, b = paired[:len(src)], paired[len(src):]
         together = consistent(a, b)  # (pairs,) one z, the two traces' strategy sets intersect
-        tokens, response = self.bench.test_data
         rows = torch.arange(len(tokens)).split(256)
         kls = torch.cat([self.kl_of(tokens[r].to(self.device)) for r in rows]).cpu().numpy()
         per_task = {}
