@@ -100,7 +100,8 @@ def finish(config: Config, system, run, result: dict, started: float, setup_seco
 def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     """Evaluate a finished run's final weights again with the current code (a metric added since it
     ran, say), its `eval.*` settings changed by `overrides` (more test examples, say): the system's
-    summary, without training figures, written to PATH/evaluation.json."""
+    summary, without training figures, written to PATH/evaluation.json; the system's files (the
+    factorisation's generations.parquet) under PATH/evaluation/."""
     from internalize.runs import atomic_write, load_checkpoint, load_weights
 
     path = Path(path)
@@ -117,6 +118,11 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     system.load_state(state["train"].get("system") or {})
     found = dict(**identity(config), overrides=list(overrides), **system.summary())
     atomic_write(path / "evaluation.json", lambda p: p.write_text(json.dumps(found, indent=2)))
+    folder = path / "evaluation"  # the system's files of this evaluation (generations.parquet), apart from the run's
+    folder.mkdir(exist_ok=True)
+    system.files(folder)
+    if not any(folder.iterdir()):
+        folder.rmdir()
     return found
 
 
