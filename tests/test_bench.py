@@ -56,7 +56,8 @@ def test_bench_quick_measures_every_line(cli, tmp_path):
     assert out.exit_code == 0, out.output
     lines = {line["name"]: line for line in json.loads((tmp_path / "bench.json").read_text())["lines"]}
     assert set(lines) == {"training_w128", "training_w256", "utilisation_w256", "sampling", "answering_b1",
-                          "answering_b64", "precision_bf16", "seeds_stacked", "length_chunks", "startup", "sweep_workers"}
+                          "answering_b64", "precision_bf16", "seeds_stacked", "length_chunks", "startup", "sweep_workers",
+                          "factorize_utilisation"}
     for line in lines.values():
         assert line["skipped"] is None and line["ratio"] > 0 and line["ours"] > 0 and line["theirs"] > 0
         assert line["met"] is (None if line["goal"] is None else line["ratio"] >= line["goal"])
@@ -76,3 +77,21 @@ def test_the_curricula_benchmark_script_runs():
     assert out.returncode == 0, out.stderr
     ratios = out.stdout.strip().splitlines()[-1].split()
     assert ratios[0] == "stepwise/log_icot" and float(ratios[1]) == round(7 / 3, 2)  # 7 stages against 3 at k = 8
+
+
+def test_the_factorisation_steps_flops_are_counted_as_executed():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from internalize.bench.factorize import factorize_step
+
+    step, config = factorize_step(quick=True)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    flops = counter.get_total_flops()
+    m, batch = config.model, config.train.batch_size
+    # at least the generator's forward: 2 per weight of its blocks' matrices and the tied head, per token
+    tokens = batch * 8  # every framed example is longer than 8 tokens
+    assert flops > 2 * (m.depth * 12 * m.width ** 2 + m.width * 30) * tokens
+    with FlopCounterMode(display=False) as again:
+        step()
+    assert again.get_total_flops() == flops  # the same batch, the same work

@@ -16,12 +16,20 @@ from internalize.bench.timing import Line, Measure
 
 
 def _registry() -> dict[str, Measure]:
-    from internalize.bench import chunks, decode, gpt, precision, process, seeds
+    from internalize.bench import (
+        chunks,
+        decode,
+        factorize,
+        gpt,
+        precision,
+        process,
+        seeds,
+    )
 
     return {"training": gpt.training, "utilisation": gpt.utilisation, "sampling": decode.sampling,
             "answering": decode.answering, "precision": precision.precision, "seeds": seeds.stacked_seeds,
             "length_chunks": chunks.length_chunks, "startup": process.startup,
-            "sweep": process.sweep_workers}
+            "sweep": process.sweep_workers, "factorize_utilisation": factorize.utilisation}
 
 
 def names() -> list[str]:
