@@ -70,6 +70,13 @@ def test_expand_is_grid_times_seeds_and_refuses_a_bad_sweep(tmp_path):
         expand(read_spec(write(tmp_path, grouped)))
 
 
+def test_a_mapping_or_list_value_names_its_run_plainly():
+    tasks = expand(read_spec("strategies_grid_formats"))
+    assert [t["id"] for t in tasks] == ["task.formats=grid_path:default__seed=0", "task.formats=grid_path:choices__seed=0"]
+    ids = [t["id"] for name in available() for t in expand(read_spec(name))]
+    assert not [i for i in ids if any(c in i for c in " '\"{}[]")]  # nothing a shell must quote
+
+
 @pytest.mark.parametrize("name", available())
 def test_every_shipped_sweep_reads_and_expands(name):
     spec = read_spec(name)

@@ -106,8 +106,18 @@ def check_figures(spec: SweepSpec) -> None:
                                   f"(they are: {', '.join(keys)})")
 
 
+def label(value: Any) -> str:
+    """A grid value as a run id writes it: a mapping as key:value pairs and a list as its items, comma
+    joined (`task.formats=grid_path:choices`), so a run's directory name holds no quotes, braces or spaces."""
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{label(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(label(v) for v in value)
+    return str(value)
+
+
 def run_id(point: dict[str, Any], seed: int) -> str:
-    return "__".join([*(f"{k}={v}" for k, v in point.items() if v is not None), f"seed={seed}"])
+    return "__".join([*(f"{k}={label(v)}" for k, v in point.items() if v is not None), f"seed={seed}"])
 
 
 def point_of(run: str) -> str:
