@@ -534,3 +534,18 @@ report: {metrics: [fidelity]}
     result = cli("sweep", failing, "--out", "out2", "--quiet")
     assert result.exit_code == 2 and "the run before the sweep" in result.output and "non-finite" in result.output
     assert not list(Path("out2/runs").iterdir())  # none of the sweep's own runs started
+
+
+def test_a_report_groups_runs_by_a_mapping_value(cli, tmp_path):
+    file = write(tmp_path, """experiment: strategies_base
+scale: smoke
+set: {task.tasks: [grid_path], train.steps_per_stage: 2}
+cases:
+  - {task.formats: {grid_path: default}}
+  - {task.formats: {grid_path: choices}}
+report: {metrics: [fidelity], per_task: [fidelity]}
+""")
+    result = cli("sweep", file, "--out", tmp_path / "out", "--quiet")
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| grid_path:default | 1 |" in report and "| grid_path:choices | 1 |" in report

@@ -18,6 +18,7 @@ from internalize.sweep import (
     read_spec,
     read_table,
 )
+from internalize.sweep.spec import label
 
 
 def load_table(root: Path, spec: SweepSpec):
@@ -246,6 +247,10 @@ def write_report(root: Path, table=None) -> Path:
     spec = read_spec(root / "sweep.yaml")
     table = load_table(root, spec) if table is None else table
     keys = point_keys(spec)
+    table = table.copy()
+    for key in keys:  # a mapping or list value (task.formats, task.tasks) groups by its plain label
+        if key in table.columns:
+            table[key] = table[key].map(lambda v: label(v) if isinstance(v, (dict, list, tuple)) else v)
     done = table[table["status"] == "done"]
     failed = table[table["status"] == "failed"]
     lines = [f"# Sweep {root.resolve().name} (experiment {spec.experiment})", "",
