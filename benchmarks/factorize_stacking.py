@@ -1,7 +1,7 @@
 """Can factorisation runs over one frozen base train faster as one batched model? Three ways to
 train N LoRA copies of the same GPT, each on its own batch, measured side by side on one thread:
 
-    python benchmarks/factorize_stacking.py [--runs 6] [--batch 64] [--length 64] [--width 128]
+    python benchmarks/factorize_stacking.py [--runs 6] [--batch 64] [--length 64] [--width 128] [--profile]
 
 - one after another: N peft models, one forward and backward each (what N runs do today);
 - vmap: the N adapters' state stacked (torch.func.stack_module_state), the base's weights shared,
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="torch.profiler's table of one step of each way")
     args = parser.parse_args()
     torch.set_num_threads(1)
     singles, multi = build(args.runs, args.width)
@@ -112,6 +113,14 @@ def main() -> None:
         print(f"{label}: gradients within {worst:.1e} of one after another")
     best = {"one after another": float("inf"), "vmap": float("inf"), "mixed batch": float("inf")}
     ways = {"one after another": one_after_another, "vmap": vmapped, "mixed batch": mixed}
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        for label, way in ways.items():
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                way()
+            print(f"== {label}\n" + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+        return
     for _ in range(args.rounds):  # the ways alternate, so each sees the same machine; best round wins
         for label, way in ways.items():
             started = time.perf_counter()
