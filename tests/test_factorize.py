@@ -365,3 +365,14 @@ def test_pairs_are_as_many_as_asked_spread_over_the_tasks_and_the_even_ones_kept
     even, _ = draw_pairs(bench, 1024, 7)
     assert np.array_equal(src[:1024], even)  # the remainder is drawn after the evenly spread pairs
     assert len(draw_pairs(bench, 3, 7)[0]) == 4  # fewer than the tasks: one a task
+
+
+def test_the_frozen_bases_pass_runs_only_for_objectives_that_weigh_by_its_surprisal():
+    for name in LATENT_OBJECTIVES:
+        system = smoke_system(f"objective.name={name}")
+        stage = system.stage(0)
+        calls = []
+        reference = system.net.reference_logits
+        system.net.reference_logits = lambda *a, **k: calls.append(1) or reference(*a, **k)
+        stage.loss(stage.sample(8, torch.Generator().manual_seed(0)))
+        assert bool(calls) == (LATENT_OBJECTIVES[name][0] in ("surprisal", "inverse")), name

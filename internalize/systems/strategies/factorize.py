@@ -64,7 +64,7 @@ from internalize.systems.strategies.data import (
 )
 from internalize.systems.strategies.frozen_base import frozen_base
 from internalize.systems.strategies.latent import Factorization, draw, gaussian_kl
-from internalize.systems.strategies.objectives import kl_weight, response_term
+from internalize.systems.strategies.objectives import LATENT_OBJECTIVES, kl_weight, response_term
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
@@ -141,6 +141,7 @@ class FactorizeSystem(System):
         tokens, response, seed = batch
         generator = torch.Generator(device=tokens.device).manual_seed(seed)
         o = self.config.objective
+        weighs_by_surprisal = LATENT_OBJECTIVES[o.name][0] in ("surprisal", "inverse")
 
         def per_row(rows: torch.Tensor, width: int) -> torch.Tensor:
             t, where = tokens[rows, :width], response[rows, 1:width]
@@ -148,7 +149,9 @@ class FactorizeSystem(System):
             q = self.net.posterior_params(t, end_at)
             logits, r = self.net.generate_pass(t[:, :-1], draw(q, generator), slot, z_at)
             nll = F.cross_entropy(logits.transpose(1, 2), t[:, 1:], reduction="none") * where  # (b, width-1)
-            rec = response_term(o.name, nll, self.surprisal(t, where), where, o.alpha, o.gamma, self.c or 1.0)
+            # the frozen base's pass only where the objective weighs tokens by its surprisal
+            surprisal = self.surprisal(t, where) if weighs_by_surprisal else torch.zeros_like(nll)
+            rec = response_term(o.name, nll, surprisal, where, o.alpha, o.gamma, self.c or 1.0)
             return torch.stack([rec, gaussian_kl(q, r), nll.sum(1) / where.sum(1)], dim=1)  # (b, 3)
 
         rec, kl, nll = by_length(tokens, self.bench.tokenizer.pad_id, self.config.train.length_chunks, per_row).unbind(1)
