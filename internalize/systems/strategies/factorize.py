@@ -64,7 +64,11 @@ from internalize.systems.strategies.data import (
 )
 from internalize.systems.strategies.frozen_base import frozen_base
 from internalize.systems.strategies.latent import Factorization, draw, gaussian_kl
-from internalize.systems.strategies.objectives import LATENT_OBJECTIVES, kl_weight, response_term
+from internalize.systems.strategies.objectives import (
+    LATENT_OBJECTIVES,
+    kl_weight,
+    response_term,
+)
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
