@@ -549,3 +549,22 @@ report: {metrics: [fidelity], per_task: [fidelity]}
     assert result.exit_code == 0, result.output
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| grid_path:default | 1 |" in report and "| grid_path:choices | 1 |" in report
+
+
+def test_a_cells_table_averages_each_task_and_cell_over_seeds(tmp_path):
+    text = STAGED.replace("  metrics: [id_accuracy, lowest_id_accuracy]\n",
+                          "  metrics: [id_accuracy]\n  cells: [steering]\n")
+    spec = read_spec(write(tmp_path, text))
+    (tmp_path / "sweep.yaml").write_text(text)
+    tasks = expand(spec)
+    for t in tasks:
+        fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=1.0)])
+        path = tmp_path / "runs" / t["id"] / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["steering"] = {"sorting": {"bubble": dict(share=0.8 + 0.1 * t["seed"], chance=0.3, inputs=40),
+                                           "merge": None}}
+        path.write_text(json.dumps(summary))
+    report = write_report(tmp_path, collect(tmp_path, spec, tasks)).read_text()
+    assert "## Steering" in report and "| curriculum.name | task | cell | runs | share | chance | inputs |" in report
+    assert "| left | sorting | bubble | 2 | 0.85 ± 0.071 | 0.3 ± 0 | 40 ± 0 |" in report
+    assert "merge" not in report  # a cell without figures (no input to steer) has no row

@@ -239,6 +239,28 @@ def per_task_table(done, keys: list[str], metrics: list[str]) -> list[str]:
     return lines
 
 
+def cells_table(done, keys: list[str], name: str) -> list[str]:
+    """The lines of a table of a summary mapping two levels deep, {task: {cell: {figure: value}}} (the
+    factorisation's steering): one row per grid point, task and cell, each figure mean ± std over seeds."""
+    import pandas as pd
+
+    if name not in done.columns:
+        return ["", f"(no {name} table: the runs' summaries hold no {name})"]
+    rows = [{**{k: run[k] for k in keys}, "task": task, "cell": cell, **figures}
+            for run in done.to_dict("records") for task, cells in as_mapping(run[name]).items()
+            for cell, figures in (cells or {}).items() if isinstance(figures, dict)]
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)
+    figures = [c for c in frame.columns if c not in (*keys, "task", "cell")]
+    header = [*keys, "task", "cell", "runs", *figures]
+    lines = ["", f"## {name.capitalize()}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for point, part in frame.groupby([*keys, "task", "cell"], sort=True, dropna=False):
+        lines.append("| " + " | ".join([*map(show, point), str(len(part)),
+                                        *(spread(list(part[f])) for f in figures)]) + " |")
+    return lines
+
+
 def write_report(root: Path, table=None) -> Path:
     """DIR/report.md from `table` (a sweep's fresh results) or, without one, the run directories."""
     root = Path(root)
@@ -269,6 +291,8 @@ def write_report(root: Path, table=None) -> Path:
         lines.append("| " + " | ".join(cells) + " |")
     if spec.report.per_task:
         lines += per_task_table(done, keys, spec.report.per_task)
+    for name in spec.report.cells:
+        lines += cells_table(done, keys, name)
     if len(failed):
         lines += ["", "## Failed runs", "", "| run | error |", "|---|---|"]
         lines += [f"| {r.run_id} | {str(r.error).replace('|', '/')} |" for r in failed.itertuples()]

@@ -38,6 +38,8 @@ class FigureSpec(Strict):
 class ReportSpec(Strict):
     metrics: list[str] = ["zero_filled_accuracy", "samples_to_full_accuracy", "train_seconds"]
     per_task: list[str] = []  # figures of the summary's per_task mapping (task -> figures): a second table
+    # summary mappings two levels deep (task -> cell -> figures, e.g. steering): a table each, a row a cell
+    cells: list[str] = []
     figures: list[FigureSpec] = []
 
 
