@@ -80,7 +80,8 @@ class Phase(Strict):
 
 
 class BaseTrainConfig(StrategiesTrainConfig):
-    # train the base in phases, one stage each, evaluated at its end (empty: one stage of
+    # train the base in phases, one stage each, evaluated at its end: each {steps, lr (null: train.lr),
+    # warmup_steps (0), weights (null: task.weights)}, its optimizer fresh (empty: one stage of
     # train.steps_per_stage steps)
     phases: list[Phase] = []
 
