@@ -465,20 +465,26 @@ def test_stacking_seeds_of_a_system_without_a_stacked_class_is_one_error_line(cl
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_a_per_task_table_averages_each_task_over_seeds(tmp_path):
-    text = STAGED.replace("  metrics: [id_accuracy, lowest_id_accuracy]\n",
-                          "  metrics: [id_accuracy]\n  per_task: [fidelity, alignment]\n")
+def fake_sweep_with(tmp_path, report_keys: str, extra) -> tuple:
+    """A staged sweep of fake finished runs, each summary given extra(task) as well: (spec, tasks)."""
+    text = STAGED.replace("  metrics: [id_accuracy, lowest_id_accuracy]\n", f"  metrics: [id_accuracy]\n{report_keys}")
     spec = read_spec(write(tmp_path, text))
     (tmp_path / "sweep.yaml").write_text(text)
     tasks = expand(spec)
     for t in tasks:
         fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=1.0)])
         path = tmp_path / "runs" / t["id"] / "summary.json"
-        summary = json.loads(path.read_text())
+        path.write_text(json.dumps({**json.loads(path.read_text()), **extra(t)}))
+    return spec, tasks
+
+
+def test_a_per_task_table_averages_each_task_over_seeds(tmp_path):
+    def per_task(t):
         left = t["point"]["curriculum.name"] == "left"
-        summary["per_task"] = {"sorting": dict(fidelity=0.9 + 0.02 * t["seed"], alignment=0.5 if left else 0.7),
-                               "addition": dict(fidelity=0.6, alignment=None)}
-        path.write_text(json.dumps(summary))
+        return {"per_task": {"sorting": dict(fidelity=0.9 + 0.02 * t["seed"], alignment=0.5 if left else 0.7),
+                             "addition": dict(fidelity=0.6, alignment=None)}}
+
+    spec, tasks = fake_sweep_with(tmp_path, "  per_task: [fidelity, alignment]\n", per_task)
     table = collect(tmp_path, spec, tasks)
     # the stored table keeps the mapping as JSON, so a report from results.csv alone reads it back
     assert json.loads(pd.read_csv(tmp_path / "results.csv")["per_task"][0])["addition"]["fidelity"] == 0.6
@@ -552,18 +558,8 @@ report: {metrics: [fidelity], per_task: [fidelity]}
 
 
 def test_a_cells_table_averages_each_task_and_cell_over_seeds(tmp_path):
-    text = STAGED.replace("  metrics: [id_accuracy, lowest_id_accuracy]\n",
-                          "  metrics: [id_accuracy]\n  cells: [steering]\n")
-    spec = read_spec(write(tmp_path, text))
-    (tmp_path / "sweep.yaml").write_text(text)
-    tasks = expand(spec)
-    for t in tasks:
-        fake_run(tmp_path, t["id"], [dict(stage=1, removed=0, steps=1, val_loss=0.1, id_accuracy=1.0)])
-        path = tmp_path / "runs" / t["id"] / "summary.json"
-        summary = json.loads(path.read_text())
-        summary["steering"] = {"sorting": {"bubble": dict(share=0.8 + 0.1 * t["seed"], chance=0.3, inputs=40),
-                                           "merge": None}}
-        path.write_text(json.dumps(summary))
+    spec, tasks = fake_sweep_with(tmp_path, "  cells: [steering]\n", lambda t: {"steering": {"sorting": {
+        "bubble": dict(share=0.8 + 0.1 * t["seed"], chance=0.3, inputs=40), "merge": None}}})
     report = write_report(tmp_path, collect(tmp_path, spec, tasks)).read_text()
     assert "## Steering" in report and "| curriculum.name | task | cell | runs | share | chance | inputs |" in report
     assert "| left | sorting | bubble | 2 | 0.85 ± 0.071 | 0.3 ± 0 | 40 ± 0 |" in report
