@@ -53,7 +53,7 @@ class BeforeRun(Strict):
     set: dict[str, Any] = {}
 
     def overrides(self) -> list[str]:
-        return [f"{k}={json.dumps(v)}" for k, v in self.set.items()]
+        return as_overrides(self.set)
 
 
 class SweepSpec(Strict):
@@ -108,6 +108,11 @@ def check_figures(spec: SweepSpec) -> None:
                                   f"(they are: {', '.join(keys)})")
 
 
+def as_overrides(settings: dict[str, Any]) -> list[str]:
+    """Dotted settings as command-line overrides (`key=value`, the value in JSON)."""
+    return [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+
+
 def label(value: Any) -> str:
     """A grid value as a run id writes it: a mapping as key:value pairs and a list as its items, comma
     joined (`task.formats=grid_path:choices`), so a run's directory name holds no quotes, braces or spaces."""
@@ -142,7 +147,7 @@ def expand(spec: SweepSpec) -> list[dict]:
         point = {**{k: case.get(k) for k in case_keys}, **dict(zip(keys, values))}
         for seed in spec.seeds:
             settings = {**spec.set, **{k: v for k, v in point.items() if v is not None}, "seed": seed}
-            overrides = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+            overrides = as_overrides(settings)
             configs.load(spec.experiment, overrides, spec.scale)  # refuse a bad sweep before any run starts
             tasks.append(dict(id=run_id(point, seed), point=point, seed=seed, overrides=overrides))
     for before in spec.before:

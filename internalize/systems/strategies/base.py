@@ -61,7 +61,7 @@ class StrategiesBaseSystem(System):
         self.phases = config.train.phases
         self.num_stages = max(1, len(self.phases))
         for phase in self.phases:
-            bench.weigh(config.task.weights if phase.weights is None else phase.weights)  # refuse a task left out
+            bench.check_weights(phase.weights_or(config.task.weights))
         self.found: dict = {}  # what the latest evaluation found; summary and probes are cached here
 
     # -- training ------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ class StrategiesBaseSystem(System):
         info, train = {}, {}
         if self.phases:
             phase = self.phases[index]
-            self.bench.weigh(self.config.task.weights if phase.weights is None else phase.weights)
+            self.bench.weigh(phase.weights_or(self.config.task.weights))
             info, train = {"phase": index + 1}, phase.train_keys()
         return Stage(info=info, params=list(self.model.parameters()), sample=self.bench.sample, loss=self.loss_of,
                      validate=validate_loss, train=train)

@@ -9,6 +9,17 @@ from pydantic import Field, model_validator
 from internalize.config import EvalConfig, Strict, TrainConfig
 
 
+def check_weights(weights: dict[str, float] | None, where: str) -> None:
+    """Refuse task weights naming a task the benchmark lacks, or not positive (`where`: whose they are)."""
+    from internalize.systems.strategies.benchmark import TASKS
+
+    unknown = [t for t in weights or {} if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task {unknown[0]!r} in {where}; the benchmark has {', '.join(TASKS)}")
+    if any(not w > 0 for w in (weights or {}).values()):
+        raise ValueError(f"{where} must be positive")
+
+
 class StrategiesTaskConfig(Strict):
     name: Literal["strategies"] = "strategies"
     data: Optional[str] = None  # a directory from `internalize data strategies`; None: drawn in memory
@@ -30,14 +41,13 @@ class StrategiesTaskConfig(Strict):
     def _known(self):
         from internalize.systems.strategies.benchmark import TASKS, task_of
 
-        unknown = [t for t in [*self.tasks, *self.weights] if t not in TASKS]
+        unknown = [t for t in self.tasks if t not in TASKS]
         if unknown:
             raise ValueError(f"unknown task {unknown[0]!r}; the benchmark has {', '.join(TASKS)}")
+        check_weights(self.weights, "task.weights")
         if self.tasks and set(self.weights) - set(self.tasks):
             raise ValueError(f"task.weights names {sorted(set(self.weights) - set(self.tasks))[0]!r}, "
                              "which task.tasks leaves out")
-        if any(not w > 0 for w in self.weights.values()):
-            raise ValueError("task.weights must be positive")
         for name, format in self.formats.items():
             task_of(name, format)
         return self
@@ -62,16 +72,14 @@ class Phase(Strict):
 
     @model_validator(mode="after")
     def _known(self):
-        from internalize.systems.strategies.benchmark import TASKS
-
-        for name, weight in (self.weights or {}).items():
-            if name not in TASKS:
-                raise ValueError(f"unknown task {name!r} in a phase's weights; the benchmark has {', '.join(TASKS)}")
-            if not weight > 0:
-                raise ValueError("a phase's weights must be positive")
+        check_weights(self.weights, "a phase's weights")
         if self.lr is not None and not self.lr > 0:
             raise ValueError("a phase's lr must be positive")
         return self
+
+    def weights_or(self, default: dict[str, float]) -> dict[str, float]:
+        """The task weights this phase draws with: its own, else `default` (task.weights)."""
+        return default if self.weights is None else self.weights
 
     def train_keys(self) -> dict:
         """The train.* keys this phase sets (Stage.train)."""

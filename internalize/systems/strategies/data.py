@@ -122,12 +122,16 @@ class Benchmark:
                          for t, x in zip(self.frames[split]["task"], self.frames[split]["input"])}
         self.weigh(config.task.weights)
 
-    def weigh(self, weights: dict[str, float]) -> None:
-        """Draw training examples with these task weights (a task not named: 1; empty: uniform): each
-        task's share of the fresh draws, and over the train split's rows (a task's rows share its weight)."""
+    def check_weights(self, weights: dict[str, float]) -> None:
+        """Refuse weights of a task this run leaves out."""
         unused = sorted(set(weights) - set(self.names))
         if unused:
             raise ValueError(f"task weights name {unused[0]!r}, which this run's tasks leave out")
+
+    def weigh(self, weights: dict[str, float]) -> None:
+        """Draw training examples with these task weights (a task not named: 1; empty: uniform): each
+        task's share of the fresh draws, and over the train split's rows (a task's rows share its weight)."""
+        self.check_weights(weights)
         self.task_shares = np.array([weights.get(n, 1.0) for n in self.names]) if weights else None
         if weights:
             self.task_shares /= self.task_shares.sum()
