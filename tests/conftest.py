@@ -67,3 +67,13 @@ def unpickling_refused():
         patch.setattr(torch, "load", refuse)
         patch.setattr(torch.serialization, "load", refuse)  # today the same object as torch.load; patched anyway
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory):
+    """Folders of two tiny Hugging Face models with their own tokenizers (tests/tiny_hf.py)."""
+    from tests import tiny_hf as build
+
+    root = tmp_path_factory.mktemp("hf")
+    return {"gpt2_bpe": build.gpt2(root / "gpt2_bpe"), "gpt2_char": build.gpt2(root / "gpt2_char", "char"),
+            "qwen2_bpe": build.qwen2_bpe(root / "qwen2_bpe")}

@@ -2,8 +2,8 @@
 strategy never shown, and the router / generator / posterior factorisation (docs/strategies.md).
 Importing this module registers both systems and the benchmark's dataset."""
 from internalize import registry
-from internalize.models.gpt import GPTSection
 from internalize.systems.strategies.config import (
+                                                   BaseModelConfig,
                                                    BaseTrainConfig,
                                                    DataConfig,
                                                    FactorizeEvalConfig,
@@ -15,7 +15,7 @@ from internalize.systems.strategies.config import (
 
 registry.register("strategies_base", registry.SystemEntry(
     "internalize.systems.strategies.base:StrategiesBaseSystem",
-    sections=dict(task=StrategiesTaskConfig, model=GPTSection, train=BaseTrainConfig)))
+    sections=dict(task=StrategiesTaskConfig, model=BaseModelConfig, train=BaseTrainConfig)))
 registry.register("strategies_factorize", registry.SystemEntry(
     "internalize.systems.strategies.factorize:FactorizeSystem",
     sections=dict(task=StrategiesTaskConfig, model=LatentModelConfig, train=StrategiesTrainConfig,

@@ -54,15 +54,35 @@ class StrategiesBaseSystem(System):
     def __init__(self, config: Config):
         self.config = config
         self.device = device_for(config)
-        self.bench = bench = Benchmark(config, self.device)
         self.stage_metrics = {"fidelity": None, "fidelity_greedy": None}
         m = config.model
-        self.model = GPT(GPTConfig(len(bench.tokenizer), bench.longest + 8, m.width, m.depth, m.heads)).to(self.device)
+        if m.hf_path is None:
+            self.bench = bench = Benchmark(config, self.device)
+            self.model = GPT(GPTConfig(len(bench.tokenizer), bench.longest + 8, m.width, m.depth, m.heads))
+        else:  # a Hugging Face model, read through its own tokenizer and adapted (internalize.systems.strategies.adapt)
+            from internalize.systems.strategies import adapt
+            from internalize.systems.strategies.hf import load_tokenizer, model_folder
+
+            self.bench = bench = Benchmark(config, self.device, load_tokenizer(model_folder(m.hf_path)))
+            self.model = adapt.adapted(self.pretrained(), bench.tokenizer, m.adapt, m.lora_rank, m.lora_alpha)
+            bench.positions = self.model.cfg.max_len
+        self.model = self.model.to(self.device)
         self.phases = config.train.phases
         self.num_stages = max(1, len(self.phases))
         for phase in self.phases:
             bench.check_weights(phase.weights_or(config.task.weights))
         self.found: dict = {}  # what the latest evaluation found; summary and probes are cached here
+
+    def pretrained(self) -> torch.nn.Module:
+        """The Hugging Face model of model.hf_path as it was saved, before any adaptation (the frame tokens'
+        new embedding rows drawn from the torch seed)."""
+        from internalize.systems.strategies.hf import HFCausalLM
+
+        m = self.config.model
+        return HFCausalLM.load(m.hf_path, self.bench.tokenizer, m.dtype, longest=self.bench.longest)
+
+    def learnable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
 
     # -- training ------------------------------------------------------------------------------
     def response_losses(self, tokens: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
@@ -91,7 +111,7 @@ class StrategiesBaseSystem(System):
             phase = self.phases[index]
             self.bench.weigh(phase.weights_or(self.config.task.weights))
             info, train = {"phase": index + 1}, phase.train_keys()
-        return Stage(info=info, params=list(self.model.parameters()), sample=self.bench.sample, loss=self.loss_of,
+        return Stage(info=info, params=self.learnable(), sample=self.bench.sample, loss=self.loss_of,
                      validate=validate_loss, train=train)
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -199,9 +219,9 @@ class StrategiesBaseSystem(System):
         self.model.train()
         # the same probes on the untrained model (the run's own initial weights): the trace formats alone
         # give the strategy away to a probe, so what training adds is the margin over this control
-        with torch.random.fork_rng():
+        with torch.random.fork_rng():  # a Hugging Face model's control: the model before its adaptation
             torch.manual_seed(self.config.seed)
-            untrained = GPT(self.model.cfg).to(self.device)
+            untrained = (GPT(self.model.cfg) if self.config.model.hf_path is None else self.pretrained()).to(self.device)
         control = fit(untrained)
         result["untrained"] = {k: control[k] for k in ("best_layer_mean", "layer_mean", "mean_accuracy")}
         tasks = frame["task"].to_numpy()
@@ -239,6 +259,7 @@ class StrategiesBaseSystem(System):
                                       departures=self.found["departures"][n])
                               for n in self.bench.names},
                     tasks=self.bench.names, parameters=sum(p.numel() for p in self.model.parameters()),
+                    trainable_parameters=sum(p.numel() for p in self.learnable()),
                     test_examples=len(self.bench.test_rows), probes=self.strategy_probes())
         return self.found["summary"]
 
@@ -251,6 +272,14 @@ class StrategiesBaseSystem(System):
                              fidelity=float(np.mean([v.valid for v, n in zip(sampled, lengths) if n == k])),
                              fidelity_greedy=float(np.mean([v.valid for v, n in zip(greedy, lengths) if n == k])))
                 for k in sorted(set(lengths.tolist()))}
+
+    def files(self, folder: Path) -> None:
+        """A Hugging Face base's folder, hf/: the tokenizer and the adapter (or, adapted fully, the model),
+        what strategies_factorize reads as its frozen base (model.base)."""
+        if self.config.model.hf_path is not None:
+            from internalize.systems.strategies import adapt
+
+            adapt.save(self.model, self.bench.tokenizer, folder / adapt.FOLDER)
 
     def figures(self, folder: Path, per_stage: list[dict]) -> None:
         summary = self.summary()

@@ -7,6 +7,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from internalize.config import EvalConfig, Strict, TrainConfig
+from internalize.models.gpt import GPTSection
 
 
 def check_weights(weights: dict[str, float] | None, where: str) -> None:
@@ -94,6 +95,20 @@ class BaseTrainConfig(StrategiesTrainConfig):
     phases: list[Phase] = []
 
 
+class BaseModelConfig(GPTSection):
+    """strategies_base: the toolkit GPT (width, depth, heads), or a Hugging Face causal LM adapted to
+    the benchmark."""
+    # a causal LM saved in this local directory, with its own tokenizer (the frame tokens added as special
+    # tokens), adapted to the benchmark instead of training the GPT; needs the strategies extra
+    hf_path: Optional[str] = None
+    # lora: LoRA on the blocks' linear layers and the frame tokens' embedding rows, the rest frozen (a
+    # pretrained model); full: every weight (a model trained from scratch)
+    adapt: Literal["lora", "full"] = "lora"
+    lora_rank: int = Field(16, ge=1)
+    lora_alpha: float = 32.0
+    dtype: Literal["fp32", "bf16"] = "fp32"  # the Hugging Face model's weights (LoRA's stay fp32)
+
+
 class LatentModelConfig(Strict):
     """strategies_factorize: router/generator and posterior, LoRA copies of a frozen base."""
     name: Literal["latent"] = "latent"
@@ -109,9 +124,11 @@ class LatentModelConfig(Strict):
     # the layers LoRA adapts, by name; None: every linear layer of the blocks (the GPT's qkv, proj,
     # fc_in, fc_out; a Hugging Face model's Linear and Conv1D layers but its LM head)
     lora_targets: Optional[list[str]] = None
-    # a Hugging Face causal LM saved in this local directory is the base (it reads the benchmark's
-    # token ids; needs the strategies extra); exclusive with model.base
+    # a Hugging Face causal LM saved in this local directory is the base, read through its own tokenizer
+    # (needs the strategies extra); exclusive with model.base. A model adapted to the benchmark first
+    # (strategies_base with model.hf_path) is given as model.base
     hf_path: Optional[str] = None
+    dtype: Literal["fp32", "bf16"] = "fp32"  # a Hugging Face base's weights
     # where E(z) is added: the <z_empty> slot alone (the paper's), or that slot and every response
     # position after it. The paper's slot is the default; onward was tried and did not raise alignment
     z_injection: Literal["slot", "onward"] = "slot"

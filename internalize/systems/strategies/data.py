@@ -66,6 +66,17 @@ def load_splits(task) -> dict[str, pd.DataFrame]:
     return frames
 
 
+def check_round_trip(tokenizer, frame: pd.DataFrame, per_task: int = 20) -> None:
+    """Refuse a tokenizer that does not write the benchmark's text back as it read it (the validators
+    read decoded text): ValueError naming the first text it changes, checked on each task's first rows."""
+    for _, rows in frame.groupby("task", sort=False):
+        for text in rows["text"][:per_task]:
+            back = tokenizer.decode(tokenizer.encode(text))
+            if back != text:
+                raise ValueError(f"the tokenizer does not decode the benchmark's text to itself: {text!r} came back "
+                                 f"as {back!r}")
+
+
 def credit(verdicts, strategies: tuple[str, ...]) -> dict[str, float] | None:
     """Each valid trace's credit split over the strategies that write it; shares over the valid ones
     (None when none is valid)."""
@@ -98,17 +109,22 @@ def strategy_entropy(task: Task, problem: dict) -> float:
 
 
 class Benchmark:
-    """The splits of one run (task.* keys), encoded; the fixed validation and test examples."""
+    """The splits of one run (task.* keys), encoded; the fixed validation and test examples. `tokenizer`:
+    the character tokenizer (None), or a model's own (internalize.systems.strategies.hf.HFTokenizer)."""
 
-    def __init__(self, config, device: torch.device):
+    def __init__(self, config, device: torch.device, tokenizer=None):
         self.config = config
         self.device = device
-        self.tokenizer = Tokenizer()
+        self.tokenizer = tokenizer or Tokenizer()
         self.frames = load_splits(config.task)
+        check_round_trip(self.tokenizer, self.frames["validation"])
         self.names = [t for t in TASKS if t in set(self.frames["train"]["task"])]
         self.tasks = {n: task_of(n, config.task.format_of(n)) for n in self.names}  # in this run's trace formats
         self.data = {split: self.encode(f) for split, f in self.frames.items()}
         self.longest = max(d[0].shape[1] for d in self.data.values())
+        # the model's positions, where it has more than longest + 8 (a Hugging Face model): generate then
+        # batches prompts of different lengths that all keep their full step budget
+        self.positions: int | None = None
         gen = torch.Generator().manual_seed(config.seed + VAL_SEED)
         self.val = self.subset("validation", config.train.val_size, gen)
         self.test_rows = self.pick("test", config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
@@ -214,19 +230,25 @@ class Benchmark:
         tokens of one batch of prompts: decode(ids, mask, steps, temperature, generator, rows), rows
         being where the batch sits in the frame (a model, or one with a latent injected per row).
 
-        Each batch holds prompts of one length: a batch may decode only as far as its widest prompt
-        leaves positions, so a short prompt batched with a long one would lose a long trace's end."""
+        A batch may decode only as far as its widest prompt leaves positions, so a short prompt batched
+        with a long one could lose a long trace's end: each batch holds prompts of one length, but for
+        those that leave their whole step budget free whatever they are batched with (a model with more
+        positions than the benchmark needs: `positions`), which go in batches by length."""
         out: list[str | None] = [None] * len(frame)
+        # at most as many tokens as the characters of the frame's longest trace, </y> and <eos> need
         longest = steps if steps is not None else max(len(t) for t in frame["trace"]) + 8
         inputs = frame["input"].tolist()
         widths = np.array([len(self.tokenizer.encode(prompt(x))) for x in inputs])
-        batches = []
-        for width in np.unique(widths):
-            rows = np.flatnonzero(widths == width)
+        positions = self.positions or self.longest + 8
+        free = widths + longest <= positions if self.positions else np.zeros(len(widths), dtype=bool)
+        by_width = np.flatnonzero(free)[np.argsort(widths[free], kind="stable")]
+        batches = [by_width[lo:lo + batch] for lo in range(0, len(by_width), batch)]
+        for width in np.unique(widths[~free]):
+            rows = np.flatnonzero((widths == width) & ~free)
             batches += [rows[lo:lo + batch] for lo in range(0, len(rows), batch)]
         for rows in batches:
             ids, mask = self.prompts([inputs[i] for i in rows])
-            steps = min(longest, self.longest + 8 - ids.shape[1])
+            steps = min(longest, positions - ids.shape[1])
             decoded = decode(ids, mask, steps, temperature, generator, torch.as_tensor(rows, device=self.device))
             for i, row in zip(rows, decoded.cpu().tolist()):
                 text = self.tokenizer.decode(row)

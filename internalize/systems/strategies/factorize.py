@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from internalize.config import Config
+from internalize.models.gpt import GPT
 from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
 from internalize.systems.strategies import figures
 from internalize.systems.strategies.alignment import (
@@ -62,7 +63,7 @@ from internalize.systems.strategies.data import (
     generation_rows,
     mean,
 )
-from internalize.systems.strategies.frozen_base import frozen_base
+from internalize.systems.strategies.frozen_base import base_tokenizer, frozen_base
 from internalize.systems.strategies.latent import Factorization, draw, gaussian_kl
 from internalize.systems.strategies.objectives import (
     LATENT_OBJECTIVES,
@@ -80,11 +81,13 @@ class FactorizeSystem(System):
     def __init__(self, config: Config):
         self.config = config
         self.device = device_for(config)
-        self.bench = Benchmark(config, self.device)
+        self.bench = Benchmark(config, self.device, base_tokenizer(config))
         self.num_stages = 1
         self.found: dict = {}  # what the latest evaluation found; the summary is cached here
         self.generations: list[pd.DataFrame] | None = None  # the final evaluation's generations, while recorded
         base = frozen_base(config, self.bench, self.device)
+        if not isinstance(base, GPT):  # a Hugging Face model: positions to spare
+            self.bench.positions = base.cfg.max_len
         m = config.model
         self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets,
                                  onward=m.z_injection == "onward").to(self.device)

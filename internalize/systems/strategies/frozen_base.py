@@ -1,5 +1,6 @@
 """The factorisation's frozen base: a Hugging Face causal LM from a local folder (model.hf_path), a
-finished strategies_base run's GPT (model.base), or a GPT trained first at the model's base sizes."""
+finished strategies_base run's model (model.base: its GPT, or its adapted Hugging Face model), or a
+GPT trained first at the model's base sizes; and the tokenizer that base reads."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,28 +23,11 @@ def base_config(config: Config) -> Config:
     ]).model_copy(update={"task": config.task})
 
 
-def frozen_base(config: Config, bench, device: torch.device) -> torch.nn.Module:
-    """The frozen base: a Hugging Face model from model.hf_path, a strategies_base run's GPT from
-    model.base, or a GPT trained first (seeded, so resume is exact)."""
-    if config.model.hf_path is not None:
-        from internalize.systems.strategies.hf import HFCausalLM
-
-        model = HFCausalLM.load(config.model.hf_path, len(bench.tokenizer))
-        if model.cfg.max_len < bench.longest + 8:
-            raise ValueError(f"model.hf_path: the model's {model.cfg.max_len} positions are fewer than the "
-                             f"benchmark's longest sequence and 8 ({bench.longest + 8})")
-        return model.to(device)
-    folder = config.model.base
-    if folder is None:
-        from internalize.train import train
-
-        cfg = base_config(config)
-        with torch.random.fork_rng():
-            torch.manual_seed(cfg.seed)
-            system = StrategiesBaseSystem(cfg)
-            train(system, cfg.train, torch.Generator().manual_seed(cfg.seed), Discard(), show_progress=False)
-        return system.model.eval()
-    folder = Path(folder)
+def base_run(config: Config) -> tuple[Path, Config] | None:
+    """model.base's folder and its config, checked to be a strategies_base run on this run's data."""
+    if config.model.base is None:
+        return None
+    folder = Path(config.model.base)
     if not (folder / "config.yaml").is_file():
         raise ValueError(f"model.base: {folder} is not a run directory (no config.yaml)")
     cfg = load(str(folder / "config.yaml"))
@@ -56,6 +40,48 @@ def frozen_base(config: Config, bench, device: torch.device) -> torch.nn.Module:
     if theirs != mine:
         raise ValueError(f"model.base: {folder} was trained on other data (task {theirs}, this run's {mine}); "
                          "set the same task keys")
+    return folder, cfg
+
+
+def base_tokenizer(config: Config):
+    """The tokenizer the base reads: a Hugging Face model's own (model.hf_path, or the hf/ folder of a
+    Hugging Face strategies_base run given as model.base); None for a GPT (the character tokenizer)."""
+    if config.model.hf_path is not None:
+        from internalize.systems.strategies.hf import load_tokenizer, model_folder
+
+        return load_tokenizer(model_folder(config.model.hf_path))
+    found = base_run(config)
+    if found is not None and found[1].model.hf_path is not None:
+        from internalize.systems.strategies.adapt import run_tokenizer
+
+        return run_tokenizer(found[0])
+    return None
+
+
+def frozen_base(config: Config, bench, device: torch.device) -> torch.nn.Module:
+    """The frozen base: a Hugging Face model from model.hf_path, a strategies_base run's model from
+    model.base (a GPT, or a Hugging Face model with its adapter merged), or a GPT trained first
+    (seeded, so resume is exact)."""
+    m = config.model
+    if m.hf_path is not None:
+        from internalize.systems.strategies.hf import HFCausalLM
+
+        return HFCausalLM.load(m.hf_path, bench.tokenizer, m.dtype, longest=bench.longest).to(device)
+    found = base_run(config)
+    if found is None:
+        from internalize.train import train
+
+        cfg = base_config(config)
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.seed)
+            system = StrategiesBaseSystem(cfg)
+            train(system, cfg.train, torch.Generator().manual_seed(cfg.seed), Discard(), show_progress=False)
+        return system.model.eval()
+    folder, cfg = found
+    if cfg.model.hf_path is not None:
+        from internalize.systems.strategies.adapt import adapted_base
+
+        return adapted_base(folder, cfg, bench.tokenizer, m.dtype, bench.longest).to(device).eval()
     model = GPT(GPTConfig(len(bench.tokenizer), bench.longest + 8, cfg.model.width, cfg.model.depth,
                           cfg.model.heads))
     start_from(model, folder, "model.base")

@@ -62,7 +62,8 @@ class Factorization(nn.Module):
         base = copy.deepcopy(base).requires_grad_(False)
         if targets is None:
             targets = base.lora_targets() if hasattr(base, "lora_targets") else list(GPT_TARGETS)
-        config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
+        config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none",
+                            fan_in_fan_out=getattr(base, "conv1d", False))
         self.generator = get_peft_model(copy.deepcopy(base), config)
         self.posterior = get_peft_model(base, copy.deepcopy(config))
         width = base.cfg.width

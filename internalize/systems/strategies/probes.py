@@ -48,6 +48,8 @@ MIN_EXAMPLES = 2  # per half and bin; below it a cell is None
 
 def layer_names(model: torch.nn.Module) -> list[str]:
     """`hook_embed` (when present), then every block's residual stream after the block."""
+    if hasattr(model, "probe_layers"):  # a Hugging Face model: its hidden states under the GPT's names
+        return model.probe_layers()
     names = dict(model.named_modules())
     blocks = [f"blocks.{i}.hook_resid_post" for i in range(len(names)) if f"blocks.{i}.hook_resid_post" in names]
     return (["hook_embed"] if "hook_embed" in names else []) + blocks
