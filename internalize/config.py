@@ -64,6 +64,9 @@ class TrainConfig(Strict):
     eval_every: int = 2  # steps between validation losses (and threshold checks)
     val_size: int = 2048  # examples in the fixed validation set (seeded apart from training)
     checkpoint_every: int = 50  # steps between mid-stage checkpoints (0: stage ends only)
+    # rows per forward pass: each batch is trained in micro-batches of at most this many rows, their
+    # gradients accumulated into one step of the same loss (a large model's memory); None: whole batches
+    micro_batch: Optional[int] = None
 
     @model_validator(mode="after")
     def _ranges(self):
@@ -74,6 +77,8 @@ class TrainConfig(Strict):
             raise ValueError("train.min_lr_ratio must be between 0 and 1")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError("train.grad_clip must be positive (or null: off)")
+        if self.micro_batch is not None and self.micro_batch < 1:
+            raise ValueError("train.micro_batch must be at least 1 (or null: whole batches)")
         for key in ("batch_size", "steps_per_stage", "max_steps_per_stage", "eval_every", "val_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"train.{key} must be at least 1")

@@ -35,6 +35,10 @@ class Stage:
     # train.* keys this stage sets otherwise (its steps_per_stage, lr, warmup_steps, ...): a run in
     # phases, each a stage with its own budget and learning rate
     train: dict = field(default_factory=dict)
+    # (batch, rows) -> [(micro-batch, weight)]: the batch in parts of at most `rows` rows, each weighted so
+    # that the weighted sum of their losses is the batch's loss (train.micro_batch: their gradients
+    # accumulate); None: this stage's batches cannot be split
+    split: Optional[Callable[[Any, int], list]] = None
 
 
 class System:

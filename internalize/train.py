@@ -177,14 +177,23 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                                 completed=state.stage_step, val=state.val)
             learning = [p for group in optimizer.param_groups for p in group["params"]]  # what clipping sees
             started = time.perf_counter()
+            if cfg.micro_batch is not None and stage.split is None:
+                raise ValueError(f"train.micro_batch: {type(system).__name__} cannot split its batches")
             while state.stage_step < cap:
                 system.on_step(state.step)
-                with torch.autocast(device, torch.bfloat16, enabled=cfg.precision == "bf16"):
-                    loss, parts = split_loss(stage.loss(stage.sample(cfg.batch_size, generator)))
-                if not torch.isfinite(loss):
-                    raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {state.stage_step + 1}")
+                batch = stage.sample(cfg.batch_size, generator)
+                micro = stage.split(batch, cfg.micro_batch) if cfg.micro_batch is not None else [(batch, 1.0)]
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                loss, parts = 0.0, {}
+                for piece, weight in micro:  # gradients accumulate over the micro-batches
+                    with torch.autocast(device, torch.bfloat16, enabled=cfg.precision == "bf16"):
+                        piece_loss, piece_parts = split_loss(stage.loss(piece))
+                    if not torch.isfinite(piece_loss):
+                        raise NonFiniteLoss(f"non-finite loss at stage {index + 1}, step {state.stage_step + 1}")
+                    (piece_loss * weight if len(micro) > 1 else piece_loss).backward()
+                    loss = loss + piece_loss.detach() * weight
+                    for k, v in piece_parts.items():
+                        parts[k] = parts.get(k, 0.0) + v * weight
                 if cfg.grad_clip:
                     parts["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(learning, cfg.grad_clip))
                 warm_up(optimizer, cfg, state.stage_step, state.step, cap)

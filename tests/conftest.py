@@ -71,8 +71,8 @@ def unpickling_refused():
 
 @pytest.fixture(scope="session")
 def tiny_hf(tmp_path_factory):
-    """Folders of two tiny Hugging Face models with their own tokenizers (tests/tiny_hf.py)."""
-    from tests import tiny_hf as build
+    """Folders of two tiny Hugging Face models with their own tokenizers (internalize.systems.strategies.hf_models)."""
+    from internalize.systems.strategies import hf_models as build
 
     root = tmp_path_factory.mktemp("hf")
     return {"gpt2_bpe": build.gpt2(root / "gpt2_bpe"), "gpt2_char": build.gpt2(root / "gpt2_char", "char"),

@@ -41,7 +41,7 @@ def test_a_tokenizer_whose_merges_join_digits_reads_and_writes_the_benchmark(tin
 
 
 def test_a_tokenizer_that_changes_the_text_is_refused(tiny_hf, tmp_path, cli):
-    from tests.tiny_hf import gpt2
+    from internalize.systems.strategies.hf_models import gpt2
 
     folder = gpt2(tmp_path / "spaced", "char")
     config = json.loads((folder / "tokenizer.json").read_text())
@@ -82,6 +82,9 @@ def test_lora_adaptation_then_factorisation_on_a_qwen2_with_its_own_bpe(tiny_hf,
     with system.model.lm.disable_adapter():
         assert torch.allclose(system.model(tokens)[0], pretrained(tokens)[0], atol=1e-5)
     adapted = system.model(tokens)[0]
+    result = cli("evaluate", run)
+    assert result.exit_code == 0 and not (run / "evaluation" / "hf").exists(), result.output
+    assert json.loads((run / "evaluation.json").read_text())["fidelity"] == summary["fidelity"]
     # the factorisation reads the adapted model back, its adapter merged, as its frozen base
     result = cli("run", "strategies_factorize", "--smoke", "--quiet", "--set", f"model.base={run}", *FAST_EVAL,
                  "--out", tmp_path / "fz")
@@ -89,6 +92,7 @@ def test_lora_adaptation_then_factorisation_on_a_qwen2_with_its_own_bpe(tiny_hf,
     summary = read_summary(tmp_path / "fz")
     for key in ("fidelity", "alignment", "alignment_control", "alignment_lift", "kl", "strategy_posterior"):
         assert key in summary, key
+    assert cli("evaluate", tmp_path / "fz").exit_code == 0
     generations = pd.read_parquet(tmp_path / "fz" / "generations.parquet")
     assert set(generations["purpose"]) >= {"fidelity", "pair_source", "pair_target", "control_target"}
     torch.manual_seed(0)
@@ -118,7 +122,7 @@ def test_full_adaptation_of_a_gpt2_with_a_character_tokenizer_in_bf16(tiny_hf, t
 
 
 def test_a_folder_that_cannot_serve_is_refused_with_one_line(tiny_hf, tmp_path, cli):
-    from tests.tiny_hf import gpt2, qwen2_bpe
+    from internalize.systems.strategies.hf_models import gpt2, qwen2_bpe
 
     no_config = tmp_path / "no_config"
     no_config.mkdir()

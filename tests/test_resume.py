@@ -26,6 +26,10 @@ LONG_SMOKE = {  # seconds-long runs that log every step and checkpoint every 7
     "strategies": ["strategies_base", "--smoke", "--quiet", "--set", "train.eval_every=1", "--set",
                    "train.checkpoint_every=7", "--set",
                    "train.phases=[{steps: 50}, {steps: 30, lr: 3.0e-4, warmup_steps: 5, weights: {sorting: 3}}]"],
+    # a Hugging Face model with its own tokenizer, adapted with LoRA and the frame tokens' rows
+    "strategies_hf": ["strategies_base", "--smoke", "--quiet", "--set", "model.hf_path={qwen2_bpe}", "--set",
+                      "train.eval_every=1", "--set", "train.checkpoint_every=7", "--set", "train.steps_per_stage=60",
+                      "--set", "eval.test_size=12"],
     # responses sampled from the base: the trainer's generator draws them, so resume must replay it
     "factorize": ["strategies_factorize", "--smoke", "--quiet", "--set", "train.steps_per_stage=60", "--set",
                   "train.eval_every=1", "--set", "train.checkpoint_every=7", "--set", "data.response_source=base"],
@@ -46,12 +50,15 @@ def metric_lines(path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(LONG_SMOKE))
-def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tmp_path, model):
+def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, tmp_path, model, request):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    assert cli("run", *LONG_SMOKE[model], "--out", whole).exit_code == 0
+    args = LONG_SMOKE[model]
+    if model == "strategies_hf":
+        args = [a.format(**request.getfixturevalue("tiny_hf")) for a in args]
+    assert cli("run", *args, "--out", whole).exit_code == 0
     total = metric_lines(whole)
     target = random.Random(f"kill {model}").randint(10, total - 20)  # seeded: the same kill line every run
-    proc = cli_process("run", *LONG_SMOKE[model], "--out", killed)
+    proc = cli_process("run", *args, "--out", killed)
     deadline = time.time() + 120
     while metric_lines(killed) < target and proc.poll() is None and time.time() < deadline:
         time.sleep(0.002)
@@ -64,6 +71,9 @@ def test_sigkill_at_a_random_step_then_resume_equals_an_uninterrupted_run(cli, t
     records = lambda p: [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}  # noqa: E731
                          for line in (p / "metrics.jsonl").read_text().splitlines()]
     assert records(killed) == records(whole)
+    if model == "strategies_hf":  # the adapter and tokenizer it writes for the factorisation
+        for name in ("adapter_model.safetensors", "tokenizer.json"):
+            assert (killed / "hf" / name).read_bytes() == (whole / "hf" / name).read_bytes(), name
     if model == "factorize":  # and every generation of the final evaluation
         assert pd.read_parquet(killed / "generations.parquet").equals(pd.read_parquet(whole / "generations.parquet"))
 

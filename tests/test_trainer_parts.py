@@ -179,3 +179,30 @@ def test_a_stage_sets_its_own_budget_learning_rate_and_warm_up():
     moves = [steps[0], *(b - a for a, b in zip(steps, steps[1:]))]
     assert moves[:3] == pytest.approx([-0.5] * 3, rel=1e-3)
     assert moves[3:] == pytest.approx([-0.005, -0.01], rel=1e-3)  # the second phase's warm-up, then its lr
+
+
+@pytest.mark.parametrize("experiment", ["strategies_base", "strategies_factorize"])
+def test_micro_batches_accumulate_to_the_whole_batchs_step(experiment):
+    from internalize.config import load
+    from internalize.registry import build
+
+    def trained(micro):
+        torch.manual_seed(0)
+        config = load(experiment, scale="smoke", overrides=["train.steps_per_stage=3", "train.eval_every=1",
+                                                             "eval.snapshots=0"] if experiment == "strategies_factorize"
+                      else ["train.steps_per_stage=3", "train.eval_every=1"])
+        system = build(config)
+        cfg = config.train.model_copy(update={"micro_batch": micro})
+        memory = Memory()
+        train(system, cfg, torch.Generator().manual_seed(0), memory, show_progress=False)
+        losses = [r["train_loss"] for r in memory.records if "train_loss" in r]
+        return losses, [p.detach().clone() for p in system.model.parameters() if p.requires_grad]
+
+    whole, parts = trained(None), trained(5)  # 32 rows in micro-batches of 5, the last of 2
+    if experiment == "strategies_base":  # the same loss and step: per response token over the whole batch
+        assert whole[0] == pytest.approx(parts[0], rel=1e-5)
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(whole[1], parts[1]))
+    else:  # each micro-batch draws its own z; before the first step z reaches nothing (E(z) starts at zero)
+        assert whole[0][0] == pytest.approx(parts[0][0], rel=1e-5) and whole[0][1:] != parts[0][1:]
+    with pytest.raises(ValueError, match="micro_batch must be at least 1"):
+        TrainConfig(micro_batch=0)

@@ -39,7 +39,9 @@ from internalize.systems.strategies.data import (
     UNCLOSED,
     Benchmark,
     by_length,
+    by_tokens,
     credit,
+    in_parts,
     mean,
     strategy_entropy,
     total_variation,
@@ -64,7 +66,7 @@ class StrategiesBaseSystem(System):
             from internalize.systems.strategies.hf import load_tokenizer, model_folder
 
             self.bench = bench = Benchmark(config, self.device, load_tokenizer(model_folder(m.hf_path)))
-            self.model = adapt.adapted(self.pretrained(), bench.tokenizer, m.adapt, m.lora_rank, m.lora_alpha)
+            self.model = adapt.adapted(self.pretrained(), bench.tokenizer, m.adapt, m.lora_rank, m.lora_alpha).train()
             bench.positions = self.model.cfg.max_len
         self.model = self.model.to(self.device)
         self.phases = config.train.phases
@@ -104,7 +106,7 @@ class StrategiesBaseSystem(System):
 
         @torch.no_grad()
         def validate_loss() -> float:
-            return float(self.loss_of(val))
+            return float(in_parts(self.loss_of, val, by_tokens, self.config.train.micro_batch))
 
         info, train = {}, {}
         if self.phases:
@@ -112,7 +114,7 @@ class StrategiesBaseSystem(System):
             self.bench.weigh(phase.weights_or(self.config.task.weights))
             info, train = {"phase": index + 1}, phase.train_keys()
         return Stage(info=info, params=self.learnable(), sample=self.bench.sample, loss=self.loss_of,
-                     validate=validate_loss, train=train)
+                     validate=validate_loss, train=train, split=by_tokens)
 
     # -- evaluation ----------------------------------------------------------------------------
     def decode(self, ids: torch.Tensor, mask: torch.Tensor, steps: int, temperature: float,
@@ -275,8 +277,9 @@ class StrategiesBaseSystem(System):
 
     def files(self, folder: Path) -> None:
         """A Hugging Face base's folder, hf/: the tokenizer and the adapter (or, adapted fully, the model),
-        what strategies_factorize reads as its frozen base (model.base)."""
-        if self.config.model.hf_path is not None:
+        what strategies_factorize reads as its frozen base (model.base). Written into the run directory
+        only: an evaluation's folder (internalize evaluate) would hold a copy of the same weights."""
+        if self.config.model.hf_path is not None and (folder / "config.yaml").is_file():
             from internalize.systems.strategies import adapt
 
             adapt.save(self.model, self.bench.tokenizer, folder / adapt.FOLDER)

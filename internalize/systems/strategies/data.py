@@ -101,6 +101,28 @@ def by_length(tokens: torch.Tensor, pad_id: int, chunks: int, per_row) -> torch.
     return values[order.argsort()]
 
 
+def by_tokens(batch, rows: int) -> list:
+    """Micro-batches (train.micro_batch) of (tokens, response) of at most `rows` rows, each weighted by its
+    share of the response tokens (a loss per response token)."""
+    tokens, response = batch
+    total = response[:, 1:].sum()
+    return [((t, r), float(r[:, 1:].sum() / total)) for t, r in zip(tokens.split(rows), response.split(rows))]
+
+
+def by_rows(batch, rows: int) -> list:
+    """Micro-batches of (tokens, response, seed) of at most `rows` rows, each weighted by its share of the
+    rows (a loss that is a mean over rows), each with a seed of its own."""
+    tokens, response, seed = batch
+    return [((t, r, seed + i), len(t) / len(tokens)) for i, (t, r) in enumerate(zip(tokens.split(rows), response.split(rows)))]
+
+
+def in_parts(loss, batch, split, rows: int | None) -> torch.Tensor:
+    """loss(batch), computed over split(batch, rows)'s weighted micro-batches (rows None: the whole batch)."""
+    if rows is None:
+        return loss(batch)
+    return sum(loss(piece) * weight for piece, weight in split(batch, rows))
+
+
 def strategy_entropy(task: Task, problem: dict) -> float:
     """Entropy (nats) of the response given the input, strategies uniform: coinciding traces merge."""
     traces = list(task.traces(problem).values())

@@ -1,13 +1,12 @@
 """The latent-strategies factorisation: router r(z|x), generator g(y|x,z), posterior q(z|x,y).
 
-Built on a frozen base (`model.base`, a finished strategies_base run, or one trained first at
-`model.width`, `model.depth`, `model.heads` for `model.base_steps` steps); LoRA copies through
-peft (internalize.systems.strategies.latent). Training minimises the objective named by `objective.name`
-(internalize.systems.strategies.objectives): a response term over the generator's token losses, weighted by the
-frozen base's surprisal where the objective says so and divided by c (estimated once on the
-validation responses and checkpointed), plus beta * KL(q || r) with beta's linear warm-up. One
-reparameterised z from the posterior per example. Responses come from the benchmark or are sampled
-from the frozen base (`data.response_source`).
+Built on a frozen base (internalize.systems.strategies.frozen_base: a finished strategies_base run, a
+Hugging Face model, or a GPT trained first); LoRA copies through peft (latent.py). Training
+minimises the objective named by `objective.name` (objectives.py): a response term over the
+generator's token losses, weighted by the frozen base's surprisal where the objective says so and
+divided by c (estimated once on the validation responses and checkpointed), plus beta * KL(q || r)
+with beta's linear warm-up. One reparameterised z from the posterior per example. Responses come
+from the benchmark or are sampled from the frozen base (`data.response_source`).
 
 Evaluation on the test split: z drawn from the router, traces sampled at temperature 1 (greedy
 beside). fidelity: the share of valid traces. alignment: `eval.pairs` pairs of distinct inputs of
@@ -21,13 +20,12 @@ generated from its own, independent router z: what a model that ignores z scores
 fidelity (an unfaithful trace names no strategy, so alignment and its control are both capped by
 fidelity, while the chance levels are not); alignment_lift = alignment - alignment_control, and
 alignment_lift_ci its 95% bootstrap interval over pairs (per task; for the mean, pairs resampled
-within each task). kl:
-KL(q || r) on the test traces. fidelity_posterior: the fidelity with z drawn from the posterior of each
-input's own test trace (what the generator trains on; against fidelity, the router's mismatch);
-strategy_posterior: among those faithful traces, the share that keep the test trace's strategy (whether
-z carries it). `eval.snapshots` evaluations during training give the
+within each task). kl: KL(q || r) on the test traces. fidelity_posterior: the fidelity with z drawn
+from the posterior of each input's own test trace (what the generator trains on; against fidelity,
+the router's mismatch); strategy_posterior: among those faithful traces, the share that keep the
+test trace's strategy (whether z carries it). `eval.snapshots` evaluations during training give the
 trajectories and the PCA of posterior means; steering applies the mean posterior z of one
-strategy's traces on one half of a task's test inputs to the other half (internalize.systems.strategies.alignment.steering). Every
+strategy's traces on one half of a task's test inputs to the other half (alignment.steering). Every
 generation of the final evaluation is kept, one row each, in the run's generations.parquet (task,
 input, purpose, trace, valid, strategies, and the test row, pair or steering strategy it belongs to).
 """
@@ -42,7 +40,6 @@ import torch
 import torch.nn.functional as F
 
 from internalize.config import Config
-from internalize.models.gpt import GPT
 from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
 from internalize.systems.strategies import figures
 from internalize.systems.strategies.alignment import (
@@ -59,8 +56,10 @@ from internalize.systems.strategies.data import (
     Benchmark,
     Decode,
     by_length,
+    by_rows,
     credit,
     generation_rows,
+    in_parts,
     mean,
 )
 from internalize.systems.strategies.frozen_base import base_tokenizer, frozen_base
@@ -86,8 +85,6 @@ class FactorizeSystem(System):
         self.found: dict = {}  # what the latest evaluation found; the summary is cached here
         self.generations: list[pd.DataFrame] | None = None  # the final evaluation's generations, while recorded
         base = frozen_base(config, self.bench, self.device)
-        if not isinstance(base, GPT):  # a Hugging Face model: positions to spare
-            self.bench.positions = base.cfg.max_len
         m = config.model
         self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets,
                                  onward=m.z_injection == "onward").to(self.device)
@@ -121,7 +118,7 @@ class FactorizeSystem(System):
         inputs = [self.bench.tokenizer.decode(row).split("<x>")[1].split("</x>")[0] for row in tokens.cpu().tolist()]
         with self.net.generator.disable_adapter():
             traces = self.bench.generate(self.decoder(None), pd.DataFrame({"input": inputs}), 1.0, generator,
-                                         steps=self.bench.longest)
+                                         steps=self.bench.longest, batch=self.config.train.micro_batch or 256)
         texts = [frame(x, t if t is not None else "") for x, t in zip(inputs, traces)]
         return self.bench.encode(pd.DataFrame({"input": inputs, "text": texts}))
 
@@ -179,11 +176,13 @@ class FactorizeSystem(System):
     @torch.no_grad()
     def estimate_c(self, batch) -> float:
         """The objective's response term of the frozen base on the validation responses, averaged."""
-        tokens, response, _ = batch
-        where = response[:, 1:]
-        surprisal = self.surprisal(tokens, where)
         o = self.config.objective
-        return float(response_term(o.name, surprisal, surprisal, where, o.alpha, o.gamma, 1.0).mean())
+
+        def term(piece) -> torch.Tensor:
+            tokens, response, _ = piece
+            surprisal = self.surprisal(tokens, response[:, 1:])
+            return response_term(o.name, surprisal, surprisal, response[:, 1:], o.alpha, o.gamma, 1.0).mean()
+        return float(in_parts(term, batch, by_rows, self.config.train.micro_batch))
 
     def stage(self, index: int) -> Stage:
         tokens, response = (t.to(self.device) for t in self.bench.val)
@@ -195,10 +194,11 @@ class FactorizeSystem(System):
 
         @torch.no_grad()
         def validate_loss() -> float:
-            return float(self.loss_of(val)[0])
+            return float(in_parts(lambda b: self.loss_of(b)[0], val, by_rows, self.config.train.micro_batch))
 
+        # micro-batches of rows, each drawing its z from a seed of its own
         return Stage(info={}, params=self.net.learnable(), sample=self.sample, loss=self.loss_of,
-                     validate=validate_loss)
+                     validate=validate_loss, split=by_rows)
 
     def on_step(self, step: int) -> None:
         self.step = step

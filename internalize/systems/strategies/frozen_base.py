@@ -59,6 +59,15 @@ def base_tokenizer(config: Config):
 
 
 def frozen_base(config: Config, bench, device: torch.device) -> torch.nn.Module:
+    """`read_base`, and a Hugging Face model's positions given to the benchmark (it has some to spare:
+    Benchmark.generate batches prompts of different lengths)."""
+    base = read_base(config, bench, device)
+    if not isinstance(base, GPT):
+        bench.positions = base.cfg.max_len
+    return base
+
+
+def read_base(config: Config, bench, device: torch.device) -> torch.nn.Module:
     """The frozen base: a Hugging Face model from model.hf_path, a strategies_base run's model from
     model.base (a GPT, or a Hugging Face model with its adapter merged), or a GPT trained first
     (seeded, so resume is exact)."""

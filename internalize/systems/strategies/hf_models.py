@@ -1,7 +1,9 @@
-"""Tiny Hugging Face causal LMs with tokenizers of their own, built offline (no hub): GPT-2s with a
-character-level tokenizer or a 600-token byte-level BPE whose merges join digits, and a Qwen2 (untied
-LM head) with that BPE read through transformers' Qwen2 tokenizer (which, as Qwen's does, splits
-digits apart). Each is saved with save_pretrained into a folder, as a user's model would be."""
+"""Hugging Face causal LMs built from scratch, with tokenizers of their own built offline (no hub),
+saved with save_pretrained into a folder as a user's model would be: GPT-2s with a character-level
+tokenizer (one token per character the benchmark writes) or a byte-level BPE whose merges join
+digits, and a Qwen2 (untied LM head) with that BPE read through transformers' Qwen2 tokenizer (which,
+as Qwen's does, splits digits apart). The tests' tiny models, and the from-scratch GPT-2 set beside
+the toolkit's GPT (`python -m internalize.systems.strategies.hf_models --help`)."""
 from __future__ import annotations
 
 import random
@@ -46,16 +48,20 @@ def bpe_tokenizer(folder: Path, size: int = 600):
 
 def gpt2(folder: Path, tokenizer: str = "bpe", width: int = 32, layers: int = 2, heads: int = 2,
          positions: int = 128) -> Path:
+    """A GPT-2 of these sizes with the BPE or the character-level tokenizer (`tokenizer`: bpe | char),
+    its weights drawn from seed 0 by transformers' initialisation, no dropout (as the toolkit's GPT)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     built = (bpe_tokenizer if tokenizer == "bpe" else char_tokenizer)(folder)
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(vocab_size=len(built), n_positions=positions, n_embd=width, n_layer=layers,
-                               n_head=heads, bos_token_id=None, eos_token_id=None)).save_pretrained(folder)
+                               n_head=heads, bos_token_id=None, eos_token_id=None, resid_pdrop=0.0,
+                               embd_pdrop=0.0, attn_pdrop=0.0)).save_pretrained(folder)
     return folder
 
 
 def qwen2_bpe(folder: Path, positions: int = 128) -> Path:
+    """A tiny Qwen2 (width 32, two layers, an untied head) with the BPE."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = bpe_tokenizer(folder)
@@ -64,3 +70,24 @@ def qwen2_bpe(folder: Path, positions: int = 128) -> Path:
                                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions,
                                  tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)).save_pretrained(folder)
     return folder
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write a from-scratch GPT-2 and its tokenizer into a folder "
+                                                 "(model.hf_path of strategies_base, with model.adapt=full).")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tokenizer", choices=("char", "bpe"), default="char")
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--positions", type=int, default=256)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    gpt2(args.out, args.tokenizer, args.width, args.depth, args.heads, args.positions)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
