@@ -48,7 +48,8 @@ def training(quick: bool) -> list[Line]:
         return [Line(f"training_w{w}", "GPT training tokens/s against GPT2LMHeadModel", skipped="needs transformers")
                 for w in (128, 256)]
     lines = []
-    for width, goal in ((128, 1.5), (256, None)):
+    # both models run the same kernels (benchmarks/README.md), so the goal is to lose nothing to them
+    for width, goal in ((128, 1.0), (256, 1.0)):
         batch, length = (16, 32) if quick else (BATCH, LENGTH)
         ours, theirs = models(width, length)
         tokens = batch_of(batch, length)
@@ -59,7 +60,7 @@ def training(quick: bool) -> list[Line]:
         lines.append(Line(f"training_w{width}", f"GPT training tokens/s against GPT2LMHeadModel, width {width}, "
                           f"depth {DEPTH}, batch {batch} x {length}, one thread", ratio=b / a, goal=goal,
                           ours=n / a, theirs=n / b, unit="tokens/s",
-                          note="" if goal else "both bound by matrix multiplies: see the utilisation line"))
+                          note="both bound by matrix multiplies: see the utilisation line"))
     return lines
 
 
