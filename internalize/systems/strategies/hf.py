@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from internalize.models.gpt import GPT, Inject, add_at
-from internalize.systems.strategies.benchmark.tokenizer import SPECIALS
+from internalize.systems.strategies.benchmark.tokenizer import SPECIALS, Vocabulary
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -44,7 +44,7 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-class HFTokenizer:
+class HFTokenizer(Vocabulary):
     """A Hugging Face tokenizer with the frame tokens added, behind the character tokenizer's interface
     (len, pad_id, id, encode, decode)."""
 
@@ -62,17 +62,6 @@ class HFTokenizer:
 
     def __len__(self) -> int:
         return len(self.tokenizer)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self)
-
-    @property
-    def pad_id(self) -> int:
-        return self.ids["<pad>"]
-
-    def id(self, token: str) -> int:
-        return self.ids[token]
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -32,17 +32,17 @@ def unframe(text: str) -> tuple[str, str]:
     return input, trace
 
 
-class Tokenizer:
-    def __init__(self):
-        self.vocab: list[str] = list(SPECIALS) + list(CHARS)
-        self.ids: dict[str, int] = {token: i for i, token in enumerate(self.vocab)}
+class Vocabulary:
+    """What every tokenizer of the benchmark offers beside encode and decode: its size, and the id of
+    each frame token (`ids`: token -> id, the frame tokens among them)."""
+    ids: dict[str, int]
 
     def __len__(self) -> int:
-        return len(self.vocab)
+        raise NotImplementedError
 
     @property
     def vocab_size(self) -> int:
-        return len(self.vocab)
+        return len(self)
 
     @property
     def pad_id(self) -> int:
@@ -50,6 +50,15 @@ class Tokenizer:
 
     def id(self, token: str) -> int:
         return self.ids[token]
+
+
+class Tokenizer(Vocabulary):
+    def __init__(self):
+        self.vocab: list[str] = list(SPECIALS) + list(CHARS)
+        self.ids: dict[str, int] = {token: i for i, token in enumerate(self.vocab)}
+
+    def __len__(self) -> int:
+        return len(self.vocab)
 
     def encode(self, text: str) -> list[int]:
         ids, i = [], 0
