@@ -16,7 +16,7 @@ from typing import Optional, Protocol
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from internalize.config import TrainConfig
+from internalize.config import ConfigError, TrainConfig
 from internalize.runs import load_weights, model_tensors
 from internalize.system import Stage, System  # noqa: F401  (Stage: re-exported for callers)
 
@@ -178,7 +178,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
             learning = [p for group in optimizer.param_groups for p in group["params"]]  # what clipping sees
             started = time.perf_counter()
             if cfg.micro_batch is not None and stage.split is None:
-                raise ValueError(f"train.micro_batch: {type(system).__name__} cannot split its batches")
+                raise ConfigError(f"train.micro_batch: {type(system).__name__} cannot split its batches")
             while state.stage_step < cap:
                 system.on_step(state.step)
                 batch = stage.sample(cfg.batch_size, generator)

@@ -206,3 +206,8 @@ def test_micro_batches_accumulate_to_the_whole_batchs_step(experiment):
         assert whole[0][0] == pytest.approx(parts[0][0], rel=1e-5) and whole[0][1:] != parts[0][1:]
     with pytest.raises(ValueError, match="micro_batch must be at least 1"):
         TrainConfig(micro_batch=0)
+
+
+def test_a_system_whose_batches_cannot_split_refuses_micro_batches(cli, tmp_path):
+    result = cli("run", "logicot", "--smoke", "--set", "train.micro_batch=4", "--out", tmp_path / "x")
+    assert result.exit_code == 2 and "cannot split its batches" in result.output, result.output
