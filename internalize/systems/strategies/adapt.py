@@ -14,7 +14,12 @@ from pathlib import Path
 
 from torch import nn
 
-from internalize.systems.strategies.hf import HFCausalLM, HFTokenizer, load_tokenizer
+from internalize.systems.strategies.hf import (
+    HFCausalLM,
+    HFTokenizer,
+    load_tokenizer,
+    peft_quietly,
+)
 
 FOLDER = "hf"  # the run directory's Hugging Face folder
 
@@ -37,7 +42,8 @@ def adapted(model: HFCausalLM, tokenizer: HFTokenizer, how: str, rank: int, alph
         tokens[module_name(lm, head)] = rows
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=model.lora_targets(), lora_dropout=0.0,
                         bias="none", fan_in_fan_out=model.conv1d, trainable_token_indices=tokens)
-    model.lm = get_peft_model(lm, config)
+    with peft_quietly():
+        model.lm = get_peft_model(lm, config)
     return model
 
 
@@ -62,7 +68,8 @@ def adapted_base(run: Path, config, tokenizer: HFTokenizer, dtype: str, longest:
     from peft import PeftModel
 
     model = HFCausalLM.load(config.model.hf_path, tokenizer, dtype, "model.base", longest)
-    model.lm = PeftModel.from_pretrained(model.lm, str(folder)).merge_and_unload()
+    with peft_quietly():
+        model.lm = PeftModel.from_pretrained(model.lm, str(folder)).merge_and_unload()
     return model
 
 

@@ -17,7 +17,9 @@ adapted run back are in `internalize.systems.strategies.adapt`. Needs the `strat
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +39,15 @@ def quiet() -> None:
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def peft_quietly():
+    """peft's wrapping of a transformers model, without transformers' deprecation notice that it triggers
+    (`is_gradient_checkpointing`): nothing a user of this toolkit can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def first_line(err: BaseException) -> str:

@@ -19,6 +19,7 @@ from peft import LoraConfig, get_peft_model
 from torch import nn
 
 from internalize.models.gpt import Inject
+from internalize.systems.strategies.hf import peft_quietly
 
 LOGVAR_CLAMP = 8.0  # log-variances are clamped to [-8, 8]
 GPT_TARGETS = ("qkv", "proj", "fc_in", "fc_out")  # every linear layer of the toolkit GPT's blocks
@@ -64,8 +65,9 @@ class Factorization(nn.Module):
             targets = base.lora_targets() if hasattr(base, "lora_targets") else list(GPT_TARGETS)
         config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none",
                             fan_in_fan_out=getattr(base, "conv1d", False))
-        self.generator = get_peft_model(copy.deepcopy(base), config)
-        self.posterior = get_peft_model(base, copy.deepcopy(config))
+        with peft_quietly():
+            self.generator = get_peft_model(copy.deepcopy(base), config)
+            self.posterior = get_peft_model(base, copy.deepcopy(config))
         width = base.cfg.width
         self.router_head = Gaussian(width, d_z)
         self.posterior_head = Gaussian(width, d_z)
