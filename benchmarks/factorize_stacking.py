@@ -2,6 +2,7 @@
 train N LoRA copies of the same GPT, each on its own batch, measured side by side on one thread:
 
     python benchmarks/factorize_stacking.py [--runs 6] [--batch 64] [--length 64] [--width 128] [--profile]
+                                            [--math-attention]
 
 - one after another: N peft models, one forward and backward each (what N runs do today);
 - vmap: the N adapters' state stacked (torch.func.stack_module_state), the base's weights shared,
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import time
 
 import torch
@@ -38,6 +40,17 @@ class Step(torch.nn.Module):
     def forward(self, tokens):
         logits, _ = self.model.features(tokens)
         return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:])
+
+
+def math_attention(q, k, v, attn_mask=None, is_causal=False, **_):
+    """scaled_dot_product_attention written out: q k^T / sqrt(d), masked, softmax, times v."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        T, S = q.shape[-2], k.shape[-2]
+        scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool).triu(S - T + 1), float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return scores.softmax(-1) @ v
 
 
 def build(runs: int, width: int):
@@ -70,7 +83,12 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="torch.profiler's table of one step of each way")
+    parser.add_argument("--math-attention", action="store_true",
+                        help="attention as two matrix products and a softmax in every way (vmap batches those; "
+                             "it has no batching rule for the CPU flash kernel and loops over the runs)")
     args = parser.parse_args()
+    if args.math_attention:
+        F.scaled_dot_product_attention = math_attention
     torch.set_num_threads(1)
     singles, multi = build(args.runs, args.width)
     tokens = torch.randint(0, 64, (args.runs, args.batch, args.length), generator=torch.Generator().manual_seed(1))
