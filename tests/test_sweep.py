@@ -74,7 +74,8 @@ def test_a_mapping_or_list_value_names_its_run_plainly():
     tasks = expand(read_spec("strategies_grid_formats"))
     assert [t["id"] for t in tasks] == ["task.formats=grid_path:default__seed=0", "task.formats=grid_path:choices__seed=0"]
     ids = [t["id"] for name in available() for t in expand(read_spec(name))]
-    assert not [i for i in ids if any(c in i for c in " '\"{}[]")]  # nothing a shell must quote
+    assert not [i for i in ids if any(c in i for c in " '\"{}[]/")]  # nothing a shell must quote, one directory each
+    assert "model.hf_path=models%gpt2_char_w96__model.adapt=full__seed=0" in ids
 
 
 @pytest.mark.parametrize("name", available())

@@ -115,12 +115,13 @@ def as_overrides(settings: dict[str, Any]) -> list[str]:
 
 def label(value: Any) -> str:
     """A grid value as a run id writes it: a mapping as key:value pairs and a list as its items, comma
-    joined (`task.formats=grid_path:choices`), so a run's directory name holds no quotes, braces or spaces."""
+    joined (`task.formats=grid_path:choices`), so a run's directory name holds no quotes, braces or spaces;
+    a path's slashes as '%' (`model.hf_path=models%gpt2`), so each run is one directory."""
     if isinstance(value, dict):
         return ",".join(f"{k}:{label(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return ",".join(label(v) for v in value)
-    return str(value)
+    return str(value).replace("/", "%")
 
 
 def run_id(point: dict[str, Any], seed: int) -> str:
