@@ -191,3 +191,12 @@ def test_phases_train_in_stages_each_with_its_own_weights_and_budget(tmp_path):
 def test_a_phase_weighting_a_task_the_run_leaves_out_is_refused():
     with pytest.raises(ValueError, match="addition"):
         system("task.tasks=[list_sum,sorting]", "train.phases=[{steps: 3, weights: {addition: 2}}]")
+
+
+def test_the_lora_scale_without_a_hugging_face_model_is_refused(cli, tmp_path):
+    # the toolkit GPT trains every weight: the lora recipe on it would train the GPT at lr 2e-4 for
+    # 375 steps and call that an adaptation
+    result = cli("run", "strategies_base", "--scale", "lora", "--out", tmp_path / "x")
+    assert result.exit_code == 2 and "model.hf_path" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()

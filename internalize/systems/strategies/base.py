@@ -66,7 +66,7 @@ class StrategiesBaseSystem(System):
             from internalize.systems.strategies.hf import load_tokenizer, model_folder
 
             self.bench = bench = Benchmark(config, self.device, load_tokenizer(model_folder(m.hf_path)))
-            self.model = adapt.adapted(self.pretrained(), bench.tokenizer, m.adapt, m.lora_rank, m.lora_alpha).train()
+            self.model = adapt.adapted(self.pretrained(), bench.tokenizer, m.adapt or "lora", m.lora_rank, m.lora_alpha).train()
             bench.positions = self.model.cfg.max_len
         self.model = self.model.to(self.device)
         self.phases = config.train.phases

@@ -101,12 +101,20 @@ class BaseModelConfig(GPTSection):
     # a causal LM saved in this local directory, with its own tokenizer (the frame tokens added as special
     # tokens), adapted to the benchmark instead of training the GPT; needs the strategies extra
     hf_path: Optional[str] = None
-    # lora: LoRA on the blocks' linear layers and the frame tokens' embedding rows, the rest frozen (a
-    # pretrained model); full: every weight (a model trained from scratch)
-    adapt: Literal["lora", "full"] = "lora"
+    # how the Hugging Face model is adapted: lora, LoRA on the blocks' linear layers and the frame tokens'
+    # embedding rows, the rest frozen (a pretrained model); full: every weight (a model trained from
+    # scratch); None: lora. Refused without model.hf_path (the toolkit GPT trains every weight)
+    adapt: Optional[Literal["lora", "full"]] = None
     lora_rank: int = Field(16, ge=1)
     lora_alpha: float = 32.0
     dtype: Literal["fp32", "bf16"] = "fp32"  # the Hugging Face model's weights (LoRA's stay fp32)
+
+    @model_validator(mode="after")
+    def _adapt(self):
+        if self.adapt is not None and self.hf_path is None:
+            raise ValueError(f"model.adapt={self.adapt} adapts a Hugging Face model: set model.hf_path too "
+                             "(the toolkit GPT trains every weight)")
+        return self
 
 
 class LatentModelConfig(Strict):
