@@ -59,7 +59,7 @@ spec, the row and the cell.
 
 `sync()` rewrites the tables (`sync(check=True)` only names the stale pages). `record_run(run_dir)`
 writes a finished single run as the one-row table docs/results/runs/EXPERIMENT/results.csv
-(`internalize claims --record RUN_DIR`); its per-stage figures become list columns `stage.KEY`
+(EXPERIMENT_SCALE for a run at a named scale; `internalize claims --record RUN_DIR`); its per-stage figures become list columns `stage.KEY`
 (`stage.start_val_loss`: each stage's first logged validation loss, before the stage trains).
 """
 from __future__ import annotations
@@ -352,7 +352,8 @@ def sync(check: bool = False, root: Path = ROOT) -> list[str]:
 
 
 def record_run(run_dir: Path, root: Path = ROOT) -> Path:
-    """A finished run as the one-row table docs/results/runs/EXPERIMENT/results.csv: its resolved
+    """A finished run as the one-row table docs/results/runs/EXPERIMENT/results.csv (EXPERIMENT_SCALE
+    for a run at a named scale, `internalize run EXPERIMENT --scale SCALE`): its resolved
     config (config.KEY), its summary figures (lists as JSON) and its per-stage figures (stage.KEY)."""
     import pandas as pd
 
@@ -379,8 +380,10 @@ def record_run(run_dir: Path, root: Path = ROOT) -> Path:
             if "stage" in record and "val_loss" in record:
                 first.setdefault(record["stage"], record["val_loss"])
         row["stage.start_val_loss"] = json.dumps([first[k] for k in sorted(first)])
-    experiment = str(summary.get("experiment") or config.get("experiment"))
-    out = root / RESULTS / "runs" / experiment / "results.csv"
+    name = str(summary.get("experiment") or config.get("experiment"))
+    if config.get("scale") not in (None, "default"):
+        name += f"_{config['scale']}"
+    out = root / RESULTS / "runs" / name / "results.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([row]).to_csv(out, index=False)
     return out

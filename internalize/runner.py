@@ -58,7 +58,7 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     system = seeded_system(config)
     checkpoint = load_checkpoint(path) if resume else None
     if checkpoint is None and getattr(getattr(config, "model", None), "init", None) is not None:
-        start_from(system.model, Path(config.model.init))
+        start_from(system.model, Path(config.model.init), fixed=system.fixed())
     if resume:
         run = Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"] if checkpoint else 0)
     else:
@@ -114,7 +114,10 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     config = configs.load(str(path / "config.yaml"), list(overrides))
     system = seeded_system(config)
     state, tensors = load_checkpoint(path)
-    load_weights(system.model, tensors)
+    try:
+        load_weights(system.model, tensors, system.fixed(), state["train"].get("fixed", ""))
+    except ValueError as err:
+        raise ConfigError(f"{path}: {err}") from None
     system.load_state(state["train"].get("system") or {})
     found = dict(**identity(config), overrides=list(overrides), **system.summary())
     atomic_write(path / "evaluation.json", lambda p: p.write_text(json.dumps(found, indent=2)))

@@ -8,6 +8,9 @@
       checkpoints/last.safetensors
                            model, optimizer moments, generator state; the trainer's counters
                            and a SHA-256 of every tensor in its metadata. Nothing is unpickled.
+                           A system's fixed weights (a frozen base it reads from a folder at
+                           every start) are left out; the counters keep their SHA-256, checked
+                           when the checkpoint is loaded.
 """
 from __future__ import annotations
 
@@ -170,27 +173,45 @@ def model_tensors(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[
     return unique, aliases
 
 
-def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+def fixed_digest(model: torch.nn.Module, fixed: set[str]) -> str:
+    """SHA-256 of the model's tensors named in `fixed` ("" when there are none)."""
+    if not fixed:
+        return ""
+    state = model.state_dict()
+    return digest({k: state[k] for k in fixed if k in state})
+
+
+def frozen_names(model: torch.nn.Module) -> set[str]:
+    """The state-dict names (tied aliases included) of the model's parameters that do not learn."""
+    return {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+
+def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], fixed: set[str] = frozenset(),
+                 fixed_sha256: str = "") -> None:
     """Load a snapshot's `model.*` tensors into `model` (tied weights come with their first name);
-    ValueError when they do not fit it."""
+    ValueError when they do not fit it. A snapshot may leave out the `fixed` tensors, which the model
+    already holds: then they must be the ones it was trained over (`fixed_sha256`)."""
     try:
         missing, unexpected = model.load_state_dict(
             {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
     except RuntimeError as err:  # a shape differs
         raise ValueError(f"the checkpoint does not fit the model: {str(err).splitlines()[-1].strip()}") from None
-    if unexpected or set(missing) - model_tensors(model)[1]:
+    if unexpected or set(missing) - model_tensors(model)[1] - set(fixed):
         raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
+    if set(missing) & set(fixed) and fixed_digest(model, set(fixed)) != fixed_sha256:
+        raise ValueError("the frozen weights this model reads (model.hf_path, model.base) are not the ones the "
+                         "checkpoint was trained over: they changed since, or were drawn from another seed")
 
 
-def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init") -> None:
+def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init", fixed: set[str] = frozenset()) -> None:
     """Load the weights of the finished run at `folder` into `model`; a ConfigError naming the config
-    `key` that gave the folder when it holds none that fit."""
+    `key` that gave the folder when it holds none that fit (`fixed`: as in load_weights)."""
     if not (folder / "config.yaml").is_file():
         raise ConfigError(f"{key}: {folder} is not a run directory (no config.yaml)")
     found = load_checkpoint(folder)
     if found is None:
         raise ConfigError(f"{key}: {folder} has no checkpoint")
     try:
-        load_weights(model, found[1])
+        load_weights(model, found[1], fixed, found[0]["train"].get("fixed", ""))
     except ValueError as err:
         raise ConfigError(f"{key}: {folder}: {err}") from None

@@ -77,6 +77,12 @@ class System:
     def load_state(self, state: dict) -> None:
         """Restore what `state` returned, on resume."""
 
+    def fixed(self) -> set[str]:
+        """Names in `model.state_dict()` of weights the system builds the same way at every start and
+        never trains (a frozen base read from a folder): checkpoints leave them out and keep their
+        SHA-256, and loading one checks them against it."""
+        return set()
+
     # -- what the runner and the command line call -------------------------------------------
     headline: str  # the per-stage figure whose first 1.0 counts as solved (samples_to_full_accuracy)
     stage_metrics: dict[str, float]  # per-stage figures to plot after training -> their chance level

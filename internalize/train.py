@@ -4,7 +4,8 @@ It knows nothing of tasks, models or curricula. A system (built through the regi
 hands it stages; each stage says which parameters learn, how a batch is scored, and how the
 stage is validated. The trainer runs the optimisation, decides when to advance, logs, and
 checkpoints everything it needs to continue exactly where it stopped: the model, the optimizer's
-moments, the training generator and its own counters.
+moments, the training generator and its own counters. The system's fixed weights (System.fixed: a
+frozen base it reads again at every start) are left out of the checkpoint, their SHA-256 kept.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from internalize.config import ConfigError, TrainConfig
-from internalize.runs import load_weights, model_tensors
+from internalize.runs import fixed_digest, load_weights, model_tensors
 from internalize.system import Stage, System  # noqa: F401  (Stage: re-exported for callers)
 
 
@@ -94,11 +95,14 @@ class TrainState:
     val: float = math.nan  # the stage's last validation loss
     per_stage: list[dict] = field(default_factory=list)
     system: dict = field(default_factory=dict)  # the system's own state (System.state)
+    fixed: str = ""  # SHA-256 of the fixed weights the checkpoint leaves out (System.fixed); "" for none
 
 
-def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict:
-    """Every tensor a checkpoint holds; optimizer moments are keyed by parameter name."""
-    tensors = {f"model.{k}": v for k, v in model_tensors(model)[0].items()}
+def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator,
+             fixed: set[str] = frozenset()) -> dict:
+    """Every tensor a checkpoint holds (the model's but the `fixed` ones); optimizer moments are keyed by
+    parameter name."""
+    tensors = {f"model.{k}": v for k, v in model_tensors(model)[0].items() if k not in fixed}
     names = {id(p): n for n, p in model.named_parameters()}
     for p, entries in optimizer.state.items():
         for key, value in entries.items():
@@ -108,9 +112,13 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator
 
 
 def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], generator: torch.Generator,
-            tensors: dict[str, torch.Tensor]) -> None:
-    """Load a snapshot; the optimizer's moments only when given one (not after a reset)."""
-    load_weights(model, tensors)
+            tensors: dict[str, torch.Tensor], fixed: set[str] = frozenset(), fixed_sha256: str = "") -> None:
+    """Load a snapshot (without its `fixed` tensors, as load_weights); the optimizer's moments only when
+    given one (not after a reset)."""
+    try:
+        load_weights(model, tensors, fixed, fixed_sha256)
+    except ValueError as err:
+        raise ConfigError(f"cannot resume: {err}") from None
     params = dict(model.named_parameters())
     for key, value in tensors.items():
         if key.startswith("optim.") and optimizer is not None:
@@ -139,12 +147,15 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
     device = next(system.model.parameters()).device.type
     if resume:
         system.load_state(state.system)
+    fixed = system.fixed()
 
     def save() -> None:
         if not all(torch.isfinite(p).all() for p in system.model.parameters()):
             raise NonFiniteLoss(f"non-finite parameters at stage {state.stage + 1}, step {state.stage_step}")
         state.system = system.state()
-        recorder.checkpoint(asdict(state), snapshot(system.model, optimizer, generator))
+        if fixed and not state.fixed:  # once: they never change (on resume, restore checked them)
+            state.fixed = fixed_digest(system.model, fixed)
+        recorder.checkpoint(asdict(state), snapshot(system.model, optimizer, generator, fixed))
 
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} steps"),
                TextColumn("val {task.fields[val]:.4f}"), TimeElapsedColumn())
@@ -164,7 +175,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                 for group in optimizer.param_groups:
                     optimizer.state.update({p: kept[p] for p in group["params"] if p in kept})
             if pending is not None:
-                restore(system.model, None if reset else optimizer, generator, pending)
+                restore(system.model, None if reset else optimizer, generator, pending, fixed, state.fixed)
                 pending = None
             if fresh:  # the stage's loss before it trains: the transient spike at each transition
                 state.val = stage.validate()

@@ -179,6 +179,10 @@ def test_a_recorded_run_is_a_one_row_table(tmp_path):
     assert claims.fill(text + "; {value task.n d}", table, "run") == "0.5, 1.0; 1.50, 1.25; 0.90-0.95; 30"
     with pytest.raises(ConfigError, match="is no finished run"):
         claims.record_run(tmp_path / "nothing", root=tmp_path)
+    # a run at a named scale is its own table: `internalize run logicot --scale smoke` is not the default run
+    (run / "config.yaml").write_text((run / "config.yaml").read_text() + "scale: smoke\n")
+    out = claims.record_run(run, root=tmp_path)
+    assert out == tmp_path / "docs" / "results" / "runs" / "logicot_smoke" / "results.csv"
 
 
 def test_row_filters_apply_to_every_template_of_the_row(root):

@@ -67,7 +67,8 @@ def test_lora_adaptation_then_factorisation_on_a_qwen2_with_its_own_bpe(tiny_hf,
     system = base_system(folder)
     from internalize.runs import load_checkpoint, load_weights
 
-    load_weights(system.model, load_checkpoint(run)[1])
+    state, tensors = load_checkpoint(run)
+    load_weights(system.model, tensors, system.fixed(), state["train"]["fixed"])
     pretrained = system.pretrained()
     frame_rows = sorted(system.bench.tokenizer.ids.values())
     saved_rows = json.loads((folder / "config.json").read_text())["vocab_size"]  # rows grown after it are new
@@ -138,3 +139,40 @@ def test_a_folder_that_cannot_serve_is_refused_with_one_line(tiny_hf, tmp_path, 
             result = cli("run", experiment, "--smoke", "--set", f"model.hf_path={folder}", "--out", tmp_path / "x")
             assert result.exit_code == 2 and message in result.output, (experiment, result.output)
             assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+@pytest.mark.slow
+def test_checkpoints_leave_the_pretrained_weights_out_and_refuse_a_changed_model(tiny_hf, tmp_path, cli):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from internalize.runs import load_checkpoint
+
+    folder = shutil.copytree(tiny_hf["qwen2_bpe"], tmp_path / "model")
+    run = tmp_path / "base"
+    args = ["strategies_base", "--smoke", "--quiet", "--set", f"model.hf_path={folder}", *FAST_EVAL[:2]]
+    assert cli("run", *args, "--out", run).exit_code == 0
+    state, tensors = load_checkpoint(run)
+    system = base_system(folder)
+    learnable = {n for n, p in system.model.named_parameters() if p.requires_grad}
+    saved = {k[6:] for k in tensors if k.startswith("model.")}
+    assert saved == learnable and len(state["train"]["fixed"]) == 64  # LoRA and the frame rows, not the model
+    pretrained = sum(v.numel() for v in load_file(folder / "model.safetensors").values())
+    assert sum(tensors[f"model.{k}"].numel() for k in saved) < pretrained / 2
+    assert cli("evaluate", run).exit_code == 0  # the same model: read again, checked, evaluated
+    # the factorisation over that run: its base's copies left out as well
+    fz = tmp_path / "fz"
+    assert cli("run", "strategies_factorize", "--smoke", "--quiet", "--set", f"model.base={run}", *FAST_EVAL,
+               "--out", fz).exit_code == 0
+    assert all("lora_" in k or "head" in k or "embed_z" in k or "token_adapter" in k
+               for k in load_checkpoint(fz)[1] if k.startswith("model.")), sorted(load_checkpoint(fz)[1])
+    # the model folder changed after the run: its checkpoint no longer describes what it was trained over
+    weights = load_file(folder / "model.safetensors")
+    name = next(k for k in sorted(weights) if k.endswith("mlp.up_proj.weight"))
+    weights[name] = weights[name] + 0.01
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    for command in (["evaluate", run], ["run", *args, "--set", f"model.init={run}", "--out", tmp_path / "again"]):
+        result = cli(*command)
+        assert result.exit_code == 2 and "not the ones the checkpoint was trained over" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output

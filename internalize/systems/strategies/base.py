@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from internalize import plots
 from internalize.config import Config
 from internalize.models.gpt import GPT, GPTConfig
+from internalize.runs import frozen_names
 from internalize.system import TEST_SEED, Stage, System, device_for
 from internalize.systems.strategies import figures, probes
 from internalize.systems.strategies.benchmark import TASKS, departure, frame
@@ -85,6 +86,10 @@ class StrategiesBaseSystem(System):
 
     def learnable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def fixed(self) -> set[str]:
+        """A Hugging Face model adapted with LoRA: its pretrained weights, read from model.hf_path."""
+        return frozen_names(self.model)
 
     # -- training ------------------------------------------------------------------------------
     def response_losses(self, tokens: torch.Tensor, response: torch.Tensor) -> torch.Tensor:

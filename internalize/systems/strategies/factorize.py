@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from internalize.config import Config
+from internalize.runs import frozen_names
 from internalize.system import TEST_SEED, VAL_SEED, Stage, System, device_for
 from internalize.systems.strategies import figures
 from internalize.systems.strategies.alignment import (
@@ -207,6 +208,10 @@ class FactorizeSystem(System):
 
     def state(self) -> dict:
         return {"c": self.c, "trajectory": self.trajectory}
+
+    def fixed(self) -> set[str]:
+        """The frozen base's copies: read again (or trained again, seeded) whenever the system is built."""
+        return frozen_names(self.net)
 
     def load_state(self, state: dict) -> None:
         self.c = state.get("c")
