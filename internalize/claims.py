@@ -354,7 +354,8 @@ def sync(check: bool = False, root: Path = ROOT) -> list[str]:
 def record_run(run_dir: Path, root: Path = ROOT) -> Path:
     """A finished run as the one-row table docs/results/runs/EXPERIMENT/results.csv (EXPERIMENT_SCALE
     for a run at a named scale, `internalize run EXPERIMENT --scale SCALE`): its resolved
-    config (config.KEY), its summary figures (lists as JSON) and its per-stage figures (stage.KEY)."""
+    config (config.KEY), its summary figures (lists and mappings as JSON; each task's own figures of
+    a summary's per_task also as per_task.TASK.KEY) and its per-stage figures (stage.KEY)."""
     import pandas as pd
 
     from internalize import config as configs
@@ -371,6 +372,8 @@ def record_run(run_dir: Path, root: Path = ROOT) -> Path:
     for key, value in summary.items():
         if key != "per_stage":
             row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
+    for task, figures in (summary.get("per_task") or {}).items():  # a figure of one task: per_task.TASK.KEY
+        row.update({f"per_task.{task}.{k}": v for k, v in figures.items() if isinstance(v, (int, float, str))})
     row.update(stage_columns(stages))
     for key in dict.fromkeys(k for stage in stages for k in stage):
         row[f"stage.{key}"] = json.dumps([stage.get(key) for stage in stages])

@@ -167,7 +167,7 @@ def test_a_recorded_run_is_a_one_row_table(tmp_path):
     stages = [{"stage": 1, "steps": 4, "zero_filled_accuracy": 0.5},
               {"stage": 2, "steps": 6, "zero_filled_accuracy": 1.0}]
     summary = {"experiment": "logicot", "seed": 0, "zero_filled_accuracy": 1.0, "child_attention_mass": [0.9, 0.95],
-               "per_stage": stages}
+               "per_stage": stages, "per_task": {"a": {"fidelity": 0.25, "shares": {"x": 1.0}}, "b": {"fidelity": 0.75}}}
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [
         {"step": 0, "stage": 1, "val_loss": 1.5}, {"step": 2, "stage": 1, "val_loss": 1.0},
@@ -177,6 +177,7 @@ def test_a_recorded_run_is_a_one_row_table(tmp_path):
     table = {"run": claims.Table("run", "runs/logicot", tmp_path)}
     text = "{list stage.zero_filled_accuracy .1f}; {list stage.start_val_loss .2f}; {range child_attention_mass .2f}"
     assert claims.fill(text + "; {value task.n d}", table, "run") == "0.5, 1.0; 1.50, 1.25; 0.90-0.95; 30"
+    assert claims.fill("{value per_task.a.fidelity .2f}, {value per_task.b.fidelity .2f}", table, "run") == "0.25, 0.75"
     with pytest.raises(ConfigError, match="is no finished run"):
         claims.record_run(tmp_path / "nothing", root=tmp_path)
     # a run at a named scale is its own table: `internalize run logicot --scale smoke` is not the default run
