@@ -51,7 +51,8 @@ TOKEN, in any order:
 
 A CONDITION is written like a filter (`zero_filled_accuracy>=1`). A column is named as the table
 names it, or as a config key (`task.n` reads `config.task.n` where the sweep did not vary it); a
-column may end in [i] or [i:j], which picks elements of a list value (`zero_filled[0:3]`). A list
+column may end in [i] or [i:j], which picks elements of a list value (`zero_filled[0:3]`); a `*`
+for one dotted segment takes the values of every column it matches (`per_task.*.fidelity`). A list
 value (a JSON list in the CSV) counts as its elements. Rows whose `status` is not `done` are left
 out unless a filter names `status`. An empty value in a matched row is an error, and so are an
 unknown table, column or function and a filter that matches no row: each is one line naming the
@@ -102,6 +103,16 @@ class Table:
             if candidate in self.rows.columns:
                 return candidate
         raise ConfigError(f"table {self.name!r} has no column {key!r}")
+
+    def columns(self, key: str) -> list[str]:
+        """The column `key`, or with `*` in it (one dotted segment), every column it matches, in order."""
+        if "*" not in key:
+            return [self.column(key)]
+        pattern = re.compile("^" + re.escape(key).replace(r"\*", r"[^.]+") + "$")
+        found = [c for c in self.rows.columns if pattern.match(c)]
+        if not found:
+            raise ConfigError(f"table {self.name!r} has no column like {key!r}")
+        return found
 
 
 def number(text: str) -> float | None:
@@ -156,8 +167,8 @@ def values(table: Table, rows, key: str) -> list[float]:
         if stop is None and not start:
             raise ConfigError(f"{match.group(0)!r}: [] needs an index")
         pick = int(start) if stop is None else slice(int(start) if start else None, int(stop) if stop else None)
-    column = table.column(key)
-    raw = (rows.sort_values("seed", kind="stable") if "seed" in rows.columns else rows)[column].tolist()
+    ordered = rows.sort_values("seed", kind="stable") if "seed" in rows.columns else rows
+    raw = [v for column in table.columns(key) for v in ordered[column].tolist()]
     empty = sum(1 for v in raw if v is None or (isinstance(v, float) and math.isnan(v)))
     if empty:
         raise ConfigError(f"{key} is empty in {empty} of the {len(raw)} matched rows of {table.name!r}; "

@@ -178,6 +178,9 @@ def test_a_recorded_run_is_a_one_row_table(tmp_path):
     text = "{list stage.zero_filled_accuracy .1f}; {list stage.start_val_loss .2f}; {range child_attention_mass .2f}"
     assert claims.fill(text + "; {value task.n d}", table, "run") == "0.5, 1.0; 1.50, 1.25; 0.90-0.95; 30"
     assert claims.fill("{value per_task.a.fidelity .2f}, {value per_task.b.fidelity .2f}", table, "run") == "0.25, 0.75"
+    assert claims.fill("{range per_task.*.fidelity .2f}, {mean per_task.*.fidelity .2f}", table, "run") == "0.25-0.75, 0.50"
+    with pytest.raises(ConfigError, match="no column like"):
+        claims.fill("{range per_task.*.nothing}", table, "run")
     with pytest.raises(ConfigError, match="is no finished run"):
         claims.record_run(tmp_path / "nothing", root=tmp_path)
     # a run at a named scale is its own table: `internalize run logicot --scale smoke` is not the default run
