@@ -58,10 +58,8 @@ out unless a filter names `status`. An empty value in a matched row is an error,
 unknown table, column or function and a filter that matches no row: each is one line naming the
 spec, the row and the cell.
 
-`sync()` rewrites the tables (`sync(check=True)` only names the stale pages). `record_run(run_dir)`
-writes a finished single run as the one-row table docs/results/runs/EXPERIMENT/results.csv
-(EXPERIMENT_SCALE for a run at a named scale; `internalize claims --record RUN_DIR`); its per-stage figures become list columns `stage.KEY`
-(`stage.start_val_loss`: each stage's first logged validation loss, before the stage trains).
+`sync()` rewrites the tables (`sync(check=True)` only names the stale pages); `record_run(run_dir)`
+(`internalize claims --record RUN_DIR`) writes a finished single run as a one-row table.
 """
 from __future__ import annotations
 
@@ -113,7 +111,6 @@ class Table:
         if not found:
             raise ConfigError(f"table {self.name!r} has no column like {key!r}")
         return found
-
 
 def number(text: str) -> float | None:
     return float(text) if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", text.strip()) else None
@@ -363,10 +360,10 @@ def sync(check: bool = False, root: Path = ROOT) -> list[str]:
 
 
 def record_run(run_dir: Path, root: Path = ROOT) -> Path:
-    """A finished run as the one-row table docs/results/runs/EXPERIMENT/results.csv (EXPERIMENT_SCALE
-    for a run at a named scale, `internalize run EXPERIMENT --scale SCALE`): its resolved
-    config (config.KEY), its summary figures (lists and mappings as JSON; each task's own figures of
-    a summary's per_task also as per_task.TASK.KEY) and its per-stage figures (stage.KEY)."""
+    """A finished run as the one-row table docs/results/runs/EXPERIMENT[_SCALE]/results.csv: its resolved
+    config (config.KEY), its summary figures (lists and mappings as JSON; a summary's per_task figures
+    also as per_task.TASK.KEY), its per-stage figures as list columns (stage.KEY; stage.start_val_loss:
+    each stage's first logged validation loss, before the stage trains)."""
     import pandas as pd
 
     from internalize import config as configs

@@ -65,11 +65,7 @@ from internalize.systems.strategies.data import (
 )
 from internalize.systems.strategies.frozen_base import base_tokenizer, frozen_base
 from internalize.systems.strategies.latent import Factorization, draw, gaussian_kl
-from internalize.systems.strategies.objectives import (
-    LATENT_OBJECTIVES,
-    kl_weight,
-    response_term,
-)
+from internalize.systems.strategies.objectives import LATENT_OBJECTIVES, kl_weight, response_term
 
 PCA_EXAMPLES = 240  # test examples whose posterior means each snapshot projects
 TRAJECTORY = ("fidelity", "fidelity_greedy", "alignment", "alignment_strict", "alignment_valid", "kl")
@@ -209,8 +205,7 @@ class FactorizeSystem(System):
     def state(self) -> dict:
         return {"c": self.c, "trajectory": self.trajectory}
 
-    def fixed(self) -> set[str]:
-        """The frozen base's copies: read again (or trained again, seeded) whenever the system is built."""
+    def fixed(self) -> set[str]:  # the frozen base's copies, read again (or trained, seeded) at every start
         return frozen_names(self.net)
 
     def load_state(self, state: dict) -> None:
@@ -274,8 +269,7 @@ class FactorizeSystem(System):
                                   pair=np.concatenate([pair, pair]))
         a, b = paired[:len(src)], paired[len(src):]
         together = consistent(a, b)  # (pairs,) one z, the two traces' strategy sets intersect
-        rows = torch.arange(len(tokens)).split(256)
-        kls = torch.cat([self.kl_of(tokens[r].to(self.device)) for r in rows]).cpu().numpy()
+        kls = torch.cat([self.kl_of(tokens[r].to(self.device)) for r in torch.arange(len(tokens)).split(256)]).cpu().numpy()
         per_task = {}
         for n in self.bench.names:
             here = tasks == n
