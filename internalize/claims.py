@@ -112,6 +112,7 @@ class Table:
             raise ConfigError(f"table {self.name!r} has no column like {key!r}")
         return found
 
+
 def number(text: str) -> float | None:
     return float(text) if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", text.strip()) else None
 
@@ -360,10 +361,9 @@ def sync(check: bool = False, root: Path = ROOT) -> list[str]:
 
 
 def record_run(run_dir: Path, root: Path = ROOT) -> Path:
-    """A finished run as the one-row table docs/results/runs/EXPERIMENT[_SCALE]/results.csv: its resolved
-    config (config.KEY), its summary figures (lists and mappings as JSON; a summary's per_task figures
-    also as per_task.TASK.KEY), its per-stage figures as list columns (stage.KEY; stage.start_val_loss:
-    each stage's first logged validation loss, before the stage trains)."""
+    """A finished run as the one-row table docs/results/runs/EXPERIMENT[_SCALE]/results.csv: its config
+    (config.KEY), its summary (lists and mappings as JSON; per_task's figures also as per_task.TASK.KEY) and
+    per-stage figures as lists (stage.KEY; stage.start_val_loss: each stage's first validation loss)."""
     import pandas as pd
 
     from internalize import config as configs
