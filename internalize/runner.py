@@ -48,10 +48,12 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     Bad input raises ConfigError before anything is written. With `resume`, a finished run is
     left as it is, a run with a checkpoint continues from it, and one without starts over in place.
     """
-    from internalize.runs import Run, load_checkpoint, start_from
+    from internalize.runs import Run, check_same, load_checkpoint, start_from
     from internalize.train import train
 
     path = Path(path)
+    if resume and (path / "config.yaml").exists():
+        check_same(path, config)
     if resume and (path / "summary.json").exists():
         return json.loads((path / "summary.json").read_text())
     started = time.perf_counter()

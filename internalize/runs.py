@@ -203,6 +203,31 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], fixed
                          "checkpoint was trained over: they changed since, or were drawn from another seed")
 
 
+def check_same(path: Path, config: Config) -> None:
+    """Refuse to continue, or to reuse, the run at `path` when it was configured otherwise than
+    `config` (a sweep file edited since its runs started, say): one ConfigError naming the keys."""
+    from internalize.config import differences, load
+
+    try:
+        saved = load(str(path / "config.yaml"))
+    except ConfigError as err:
+        raise ConfigError(f"{path} was written by other code and cannot be checked ({err}); "
+                          "remove it or choose another directory") from None
+    changed = differences(saved, config)
+    if changed:
+        shown = ", ".join(f"{k} ({_short(saved, k)} there, {_short(config, k)} here)" for k in changed[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise ConfigError(f"{path} was configured otherwise: {shown}{more}; remove it or choose another directory")
+
+
+def _short(config: Config, key: str) -> str:
+    value = config.model_dump(mode="json")
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init", fixed: set[str] = frozenset()) -> None:
     """Load the weights of the finished run at `folder` into `model`; a ConfigError naming the config
     `key` that gave the folder when it holds none that fit (`fixed`: as in load_weights)."""

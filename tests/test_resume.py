@@ -245,3 +245,14 @@ def test_bad_resume_requests(cli, tmp_path):
     assert cli("run", "logicot", "--smoke", "--quiet", "--out", out).exit_code == 0
     result = cli("run", "logicot", "--resume", out)
     assert result.exit_code == 2 and "--resume continues a run" in result.output
+    # continued under another config (as a sweep would after its file was edited): refused, naming the key
+    from internalize import config as configs
+    from internalize.config import ConfigError
+    from internalize.runner import execute
+
+    (out / "summary.json").unlink()
+    changed = configs.load("logicot", ["train.lr=0.5"], "smoke")
+    with pytest.raises(ConfigError, match=r"configured otherwise: train.lr \(.* there, 0.5 here\)"):
+        execute(changed, out, show=False, resume=True)
+    execute(configs.load("logicot", [], "smoke"), out, show=False, resume=True)  # as configured: continues
+    assert (out / "summary.json").exists()

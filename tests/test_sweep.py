@@ -536,6 +536,15 @@ report: {metrics: [fidelity]}
     again = cli("sweep", file, "--out", "out", "--quiet")
     assert again.exit_code == 0 and "1 run now, 1 already finished" in again.output, again.output
     assert Path("runs/base/summary.json").stat().st_mtime_ns == stamp  # finished: not trained again
+    # a sweep file edited since its runs ran: the finished base, or a finished run, is refused, not reused
+    edited = write(tmp_path, file.read_text().replace("steps_per_stage: 6", "steps_per_stage: 7"), "edited.yaml")
+    result = cli("sweep", edited, "--out", "out", "--quiet")
+    assert result.exit_code == 2 and "runs/base was configured otherwise" in result.output, result.output
+    assert "train.steps_per_stage (6 there, 7 here)" in result.output
+    edited = write(tmp_path, file.read_text().replace("model.init: runs/base", "model.init: runs/base, "
+                                                      "train.weight_decay: 0.5"), "edited.yaml")
+    result = cli("sweep", edited, "--out", "out", "--quiet")
+    assert result.exit_code == 2 and "configured otherwise: train.weight_decay (0.01 there, 0.5 here)" in result.output
     failing = write(tmp_path, file.read_text().replace("train.steps_per_stage: 6", "train.lr: .inf")
                     .replace("runs/base", "runs/bad"), "failing.yaml")
     result = cli("sweep", failing, "--out", "out2", "--quiet")

@@ -160,9 +160,12 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         (root / "sweep.yaml").write_text(yaml.safe_dump(spec.model_dump(), sort_keys=False))
     except OSError as err:
         raise ConfigError(f"cannot write sweep directory {root}: {err.strerror or err}") from None
+    from internalize.runs import check_same
+
     for before in spec.before:  # what the runs read, first (one at a time: each may use every core)
         path = Path(before.out)
-        if (path / "summary.json").exists():
+        if (path / "summary.json").exists():  # reused only as the sweep configures it
+            check_same(path, configs.load(before.experiment, before.overrides(), before.scale))
             continue
         if show:
             print(f"before the sweep: {before.experiment} into {path}", flush=True)
@@ -174,6 +177,9 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     if done_from is not None:
         import_rows(root, tasks, done_from)
     kept = imported(root)
+    for t in tasks:  # a finished run counts only as the sweep configures it now (not a file edited since)
+        if (runs / t["id"] / "summary.json").exists() and t["id"] not in kept:
+            check_same(runs / t["id"], configs.load(spec.experiment, t["overrides"], spec.scale))
     todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists() and t["id"] not in kept]
     # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
     # (or still running) already holds one run of every point
