@@ -208,6 +208,8 @@ def check_same(path: Path, config: Config) -> None:
     `config` (a sweep file edited since its runs started, say): one ConfigError naming the keys."""
     from internalize.config import differences, load
 
+    if not (path / "config.yaml").exists():  # nothing to check against (a row kept without its run)
+        return
     try:
         saved = load(str(path / "config.yaml"))
     except ConfigError as err:
