@@ -244,18 +244,3 @@ def load(name_or_path: str, overrides: list[str] = (), scale: Optional[str] = No
 def to_yaml(config: Config) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
 
-
-def differences(saved: Config, wanted: Config) -> list[str]:
-    """The dotted keys whose values differ between two configs (the scale's name aside: a run's
-    settings are what it ran with, whichever scale or overrides gave them)."""
-    def flat(tree: dict, prefix: str = "") -> dict:
-        out = {}
-        for key, value in tree.items():
-            if isinstance(value, dict) and value:
-                out.update(flat(value, f"{prefix}{key}."))
-            else:
-                out[f"{prefix}{key}"] = value
-        return out
-
-    a, b = (flat(c.model_dump(mode="json")) for c in (saved, wanted))
-    return sorted(k for k in a.keys() | b.keys() if k != "scale" and a.get(k) != b.get(k))

@@ -203,10 +203,26 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], fixed
                          "checkpoint was trained over: they changed since, or were drawn from another seed")
 
 
+def differences(saved: Config, wanted: Config) -> list[str]:
+    """The dotted keys whose values differ between two configs (the scale's name aside: a run's
+    settings are what it ran with, whichever scale or overrides gave them)."""
+    def flat(tree: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    a, b = (flat(c.model_dump(mode="json")) for c in (saved, wanted))
+    return sorted(k for k in a.keys() | b.keys() if k != "scale" and a.get(k) != b.get(k))
+
+
 def check_same(path: Path, config: Config) -> None:
     """Refuse to continue, or to reuse, the run at `path` when it was configured otherwise than
     `config` (a sweep file edited since its runs started, say): one ConfigError naming the keys."""
-    from internalize.config import differences, load
+    from internalize.config import load
 
     if not (path / "config.yaml").exists():  # nothing to check against (a row kept without its run)
         return
