@@ -61,6 +61,8 @@ DOCUMENTED = {
                                                   "divide_first": "x-12/6=-54/6,x-2=-9,x=-7"}),
     ("base_conversion", "halving"): ("200>16", {"direct": "12r8,0rc=c8",
                                                 "via_binary": "100,50,25,12,6,3,1:11001000:1100|1000=c8"}),
+    ("addition", "operands"): ("457+68", {"right_to_left": "7+8:5c1,5+6:2c1,4+0:5c0=525",
+                                          "place_value": "4+0:400,5+6:110,7+8:15;510,525=525"}),
 }
 
 
