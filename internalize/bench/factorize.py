@@ -10,10 +10,10 @@ from internalize.bench.gpt import square_product
 from internalize.bench.timing import Line, side_by_side, threads
 
 
-def factorize_step(quick: bool):
+def factorize_step(quick: bool, prepare=None):
     """One optimisation step of strategies_factorize on one fixed batch (the calibration scale's sizes;
     smoke's with `quick`), over an untrained base (its weights change what a step costs in no way),
-    and the config it was built from."""
+    and the config it was built from. prepare(system), if given, runs on the built system first."""
     from internalize import config as configs
     from internalize.registry import build
     from internalize.train import make_optimizer, split_loss
@@ -23,6 +23,8 @@ def factorize_step(quick: bool):
     with torch.random.fork_rng():
         torch.manual_seed(0)
         system = build(config)
+    if prepare is not None:
+        prepare(system)
     stage = system.stage(0)
     batch = stage.sample(config.train.batch_size, torch.Generator().manual_seed(0))
     optimizer = make_optimizer(system, stage.params, config.train)

@@ -174,6 +174,13 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, cache: Cache | None = None, attention_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, inject: Inject | None = None):
         """idx: (B, T) tokens following the cached ones. Returns logits (B, T, vocab) and the new cache.
+        The arguments are those of `trunk`."""
+        x, new_cache = self.trunk(idx, cache, attention_mask, positions, inject)
+        return self.head(self.ln_f(x)), new_cache
+
+    def trunk(self, idx: torch.Tensor, cache: Cache | None = None, attention_mask: torch.Tensor | None = None,
+              positions: torch.Tensor | None = None, inject: Inject | None = None):
+        """The last block's output (B, T, width), before the final LayerNorm, and the new cache.
 
         attention_mask: (B, S) bool over all keys (S = cached + T), True at real tokens; padded keys
         are masked (a padded query sees itself only, so its output is finite but meaningless).
@@ -210,7 +217,7 @@ class GPT(nn.Module):
         if preallocated:
             cache.size += T
             new_cache = cache
-        return self.head(self.ln_f(x)), new_cache
+        return x, new_cache
 
     def new_cache(self, batch: int, length: int) -> KVCache:
         """An empty preallocated cache for `batch` rows of up to `length` tokens (`generate` uses one)."""
@@ -231,9 +238,8 @@ class GPT(nn.Module):
     def features(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None,
                  inject: Inject | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, T, vocab) and the final hidden states (B, T, width), after the last LayerNorm."""
-        last = f"blocks.{self.cfg.depth - 1}.hook_resid_post"
-        logits, store = self.run_with_cache(idx, names=[last], attention_mask=attention_mask, inject=inject)
-        return logits, self.ln_f(store[last])
+        hidden = self.ln_f(self.trunk(idx, attention_mask=attention_mask, inject=inject)[0])
+        return self.head(hidden), hidden
 
     def token_logprobs(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        inject: Inject | None = None) -> torch.Tensor:
