@@ -425,6 +425,30 @@ def test_a_sweep_finishes_from_a_kept_table(cli, tmp_path, monkeypatch):
         assert result.exit_code == 2 and says in result.output and len(result.output.strip().splitlines()) == 1
 
 
+def test_a_kept_row_configured_otherwise_is_refused(cli, tmp_path, monkeypatch):
+    import internalize.sweep as sweep
+    from internalize import config as configs
+
+    monkeypatch.setattr(sweep.execute, "run_local", lambda jobs, workers, on_done: None)
+    file = write(tmp_path, SMALL.split("report:")[0])
+    here = configs.load("logicot", ["task.k=4"], "smoke").model_dump(mode="json")
+
+    def row(**config):  # a kept row with the config columns a results table holds
+        return dict(run_id="task.k=4__seed=0", status="done", score=0.25,
+                    **{f"config.{k}": str(v) for k, v in config.items()})
+
+    same = row(**{"task.k": 4, "train.lr": here["train"]["lr"], "train.batch_size": here["train"]["batch_size"],
+                  "description": "written by older code", "model.retired_key": 7})
+    pd.DataFrame([same]).to_csv(tmp_path / "same.csv", index=False)
+    result = sweep.run_sweep(file, workers=1, out=tmp_path / "a", show=False, done_from=tmp_path / "same.csv")
+    assert result["imported"] == 1
+    other = row(**{"task.k": 4, "train.lr": here["train"]["lr"] * 2})
+    pd.DataFrame([other]).to_csv(tmp_path / "other.csv", index=False)
+    result = cli("sweep", file, "--out", tmp_path / "b", "--done-from", tmp_path / "other.csv")
+    assert result.exit_code == 2 and "task.k=4__seed=0 was configured otherwise: train.lr" in result.output
+    assert not (tmp_path / "b" / "imported.csv").exists()
+
+
 @pytest.mark.slow
 def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
     from internalize.registry import build

@@ -175,7 +175,8 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
             raise ConfigError(f"the run before the sweep ({before.experiment} into {path}) failed: "
                               f"{outcome['error']} (see {path / 'error.txt'})")
     if done_from is not None:
-        import_rows(root, tasks, done_from)
+        import_rows(root, tasks, done_from,
+                    config_of=lambda t: configs.load(spec.experiment, t["overrides"], spec.scale))
     kept = imported(root)
     for t in tasks:  # a finished run counts only as the sweep configures it now (not a file edited since)
         if (runs / t["id"] / "summary.json").exists() and t["id"] not in kept:

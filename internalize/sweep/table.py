@@ -46,9 +46,40 @@ def read_table(file: Path):
         raise ConfigError(f"cannot read results table {file}: {err}") from None
 
 
-def import_rows(root: Path, tasks: list[dict], table_file: Path) -> int:
+def _same(kept, here) -> bool:
+    """Whether a results table's cell (as read back from CSV or parquet) holds the config's value."""
+    import math
+
+    import yaml
+
+    if isinstance(kept, float) and math.isnan(kept) or kept == "":
+        kept = None
+    elif isinstance(kept, str):
+        try:
+            kept = yaml.safe_load(kept)
+        except yaml.YAMLError:
+            pass
+    if isinstance(kept, (int, float)) and isinstance(here, (int, float)) and not isinstance(here, bool):
+        return math.isclose(kept, here, rel_tol=1e-9, abs_tol=1e-12)
+    return kept == here or (kept is None and here in ("", [], {}))
+
+
+def _check_imported(row: dict, config, table_file: Path) -> None:
+    """Refuse a kept row whose run was configured otherwise than the sweep configures it now (another
+    base, other steps): only the keys both the row and today's config have are compared."""
+    here = flatten(config.model_dump(mode="json"))
+    changed = [k for k in sorted(here) if f"config.{k}" in row and k != "description"
+               and not _same(row[f"config.{k}"], here[k])]
+    if changed:
+        shown = ", ".join(f"{k} ({row[f'config.{k}']} there, {here[k]} here)" for k in changed[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise ConfigError(f"{table_file}: run {row['run_id']} was configured otherwise: {shown}{more}")
+
+
+def import_rows(root: Path, tasks: list[dict], table_file: Path, config_of=None) -> int:
     """Copy the finished rows of another results table of this sweep into root/imported.csv (kept
-    beside earlier imports, a new row replacing an old one); return how many were copied."""
+    beside earlier imports, a new row replacing an old one); return how many were copied. With
+    `config_of` (a task to its Config), a row configured otherwise than its task is refused."""
     import pandas as pd
 
     table = read_table(table_file)
@@ -58,6 +89,10 @@ def import_rows(root: Path, tasks: list[dict], table_file: Path) -> int:
     table = table[(table["status"] == "done") & table["run_id"].isin(ids)]
     if table.empty:
         raise ConfigError(f"{table_file} holds no finished run of this sweep")
+    if config_of is not None:
+        by_id = {t["id"]: t for t in tasks}
+        for row in table.to_dict("records"):
+            _check_imported(row, config_of(by_id[row["run_id"]]), table_file)
     fresh = set(table["run_id"])
     rows = [row for run, row in imported(root).items() if run not in fresh]
     merged = pd.concat([pd.DataFrame(rows), table], ignore_index=True) if rows else table
