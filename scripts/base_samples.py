@@ -7,7 +7,11 @@ on validation inputs, and where each objective's token weights put their mass.
 Per task: the samples' fidelity, their strategy shares against the data's, and, among the unfaithful
 samples, the share of each objective's response weight that falls on the tokens from the first wrong
 character on (what training on that sample teaches beyond a faithful prefix), and the first wrong
-token's weight over the response's mean token weight. Token weights are the objectives' own
+token's weight over the response's mean token weight. And the base's own lean, scored exactly
+(every canonical trace's probability, `strategy_mass`): how far each input's strategy distribution
+p(s | x) sits from the task's overall one, as the mean total variation and as the mutual information
+I(S; X) in nats against the overall distribution's entropy H(S) (0 when the strategy a sample takes
+does not depend on its input; inputs whose strategies write one trace are left out). Token weights are the objectives' own
 (internalize.systems.strategies.objectives.token_weights: sum for the ELBO, the base's surprisal **
 gamma for model_directed and token_weighting, uniform for global_scale, surprisal ** -gamma for
 token_inverse), the surprisal the base's own on the sample.
@@ -40,6 +44,22 @@ def first_wrong(bench, task: str, x: str, problem: str, trace: str) -> int:
     return max(len(os.path.commonprefix([t, trace])) for t in traces)
 
 
+def strategy_lean(masses: list[dict[str, float]]) -> dict:
+    """How much the strategy depends on the input: {inputs, tv, mutual_information, entropy} over the
+    inputs whose faithful mass is positive, each p(s | x) the strategies' masses normalised."""
+    rows = np.array([[m[s] for s in sorted(m)] for m in masses if sum(m.values()) > 0])
+    if len(rows) == 0:
+        return dict(inputs=0, tv=None, mutual_information=None, entropy=None)
+    p = rows / rows.sum(axis=1, keepdims=True)
+    overall = p.mean(axis=0)
+
+    def entropy(q: np.ndarray) -> np.ndarray:
+        return -(q * np.log(np.where(q > 0, q, 1.0))).sum(axis=-1)
+
+    return dict(inputs=len(p), tv=float(0.5 * np.abs(p - overall).sum(axis=1).mean()),
+                mutual_information=float(entropy(overall) - entropy(p).mean()), entropy=float(entropy(overall)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path)
@@ -57,6 +77,7 @@ def main() -> None:
     traces = bench.generate(system.decode, rows, 1.0, torch.Generator().manual_seed(args.seed), steps=bench.longest)
     verdicts = bench.verdicts(rows, traces)
     f = load("strategies_factorize").objective
+    masses = system.strategy_mass(rows)
     found = {}
     for task in bench.names:
         here = [i for i, t in enumerate(rows["task"]) if t == task]
@@ -76,7 +97,11 @@ def main() -> None:
                 w = token_weights(name, surprisal, where, f.alpha, f.gamma)[0]
                 after[name].append(float(w[at:].sum() / w.sum()))
                 lean[name].append(float(w[at] / w[where[0]].mean()))
+        distinct = [i for i in here if len(set(bench.tasks[task].traces(json.loads(rows["problem"].iloc[i])).values())
+                                           - {None}) > 1]
         found[task] = dict(
+            lean=strategy_lean([masses[i] for i in distinct]),
+            fidelity_exact=float(np.mean([sum(masses[i].values()) for i in here])),
             samples=len(here), fidelity=float(np.mean([verdicts[i].valid for i in here])),
             unclosed=float(np.mean([traces[i] is None for i in here])),
             strategy_shares=shares, data_shares=bench.split_shares(task, "validation"),

@@ -1,6 +1,8 @@
 """The base model's training stream: task.fresh draws new examples, never a held-out input."""
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -166,6 +168,26 @@ def test_exact_shares_score_each_canonical_trace_once_up_to_its_closing():
         for st, share in found[name]["shares"].items():
             assert abs(share - mass[st] / total) < 1e-3
     assert coinciding > 0  # the even split of a trace two strategies write was exercised
+    head = s.bench.test.head(8)
+    for found_row, task, problem in zip(s.strategy_mass(head), head["task"], head["problem"]):
+        traces = {st: t for st, t in s.bench.tasks[task].traces(json.loads(problem)).items() if t is not None}
+        for st, trace in traces.items():
+            writers = sum(t == trace for t in traces.values())
+            expected = vocab ** -(len(s.bench.tokenizer.encode(trace)) + 1) / writers
+            assert found_row[st] == pytest.approx(expected, rel=1e-3)
+
+
+def test_the_base_samples_script_reads_a_lean_only_where_the_strategy_follows_the_input():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("base_samples", Path(__file__).parents[1] / "scripts" / "base_samples.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    same = script.strategy_lean([{"a": 0.2, "b": 0.6}, {"a": 0.1, "b": 0.3}])  # p(s | x) = (1/4, 3/4) on both
+    assert same["inputs"] == 2 and same["tv"] == pytest.approx(0) and same["mutual_information"] == pytest.approx(0)
+    split = script.strategy_lean([{"a": 0.9, "b": 0.0}, {"a": 0.0, "b": 0.5}, {"a": 0.0, "b": 0.0}])
+    assert split["inputs"] == 2 and split["tv"] == pytest.approx(0.5)
+    assert split["mutual_information"] == pytest.approx(np.log(2)) == pytest.approx(split["entropy"])
 
 
 def test_phases_train_in_stages_each_with_its_own_weights_and_budget(tmp_path):

@@ -179,27 +179,38 @@ class StrategiesBaseSystem(System):
                 {n: float(entropy[tasks == n].mean()) for n in self.bench.names})
 
     @torch.no_grad()
-    def exact_shares(self) -> dict[str, dict]:
-        """Per task, what sampling at temperature 1 estimates, without the sampling noise: every test
-        input's canonical traces (coinciding ones once) scored by the model, p(trace, </y> | input).
-        {task: {fidelity: the mean over inputs of their summed probability (a sample is faithful exactly
-        when it is one of them), shares: {strategy: its traces' probability mass, a coinciding trace's
-        split evenly as `credit` splits it, over the total}}}; shares None where the mass is zero."""
-        rows = []  # (task, input, framed text, the strategies that write this trace)
-        for task, x, problem in zip(self.bench.test["task"], self.bench.test["input"], self.bench.test["problem"]):
+    def strategy_mass(self, table: pd.DataFrame) -> list[dict[str, float]]:
+        """For each row of `table` (task, input, problem), the probability the model gives each
+        strategy's canonical trace, p(trace, </y> | input), a trace two strategies write split evenly
+        between them (as `credit` splits it); their sum is the chance a sample is faithful."""
+        rows = []  # (row, input, framed text, the strategies that write this trace)
+        for i, (task, x, problem) in enumerate(zip(table["task"], table["input"], table["problem"])):
             by_trace: dict[str, list[str]] = {}
             for strategy, trace in self.bench.tasks[task].traces(json.loads(problem)).items():
                 if trace is not None:
                     by_trace.setdefault(trace, []).append(strategy)
-            rows += [(task, x, frame(x, trace), strategies) for trace, strategies in by_trace.items()]
-        tasks, inputs, texts, writers = zip(*rows)
+            rows += [(i, x, frame(x, trace), strategies) for trace, strategies in by_trace.items()]
+        where, inputs, texts, writers = zip(*rows)
         tokens, response = self.bench.encode(pd.DataFrame({"input": inputs, "text": texts}))
         response &= tokens != self.bench.tokenizer.id("<eos>")  # the sample ends at </y>; what follows is not scored
-        mass = {n: dict.fromkeys(TASKS[n].strategies, 0.0) for n in self.bench.names}
-        for p, strategies, task in zip(np.exp(-self.scored(tokens, response)), writers, tasks):
+        mass = [dict.fromkeys(TASKS[task].strategies, 0.0) for task in table["task"]]
+        for p, strategies, i in zip(np.exp(-self.scored(tokens, response)), writers, where):
             for s in strategies:
-                mass[task][s] += p / len(strategies)
-        counts, total = self.bench.test["task"].value_counts(), {n: sum(m.values()) for n, m in mass.items()}
+                mass[i][s] += p / len(strategies)
+        return mass
+
+    def exact_shares(self) -> dict[str, dict]:
+        """Per task, what sampling at temperature 1 estimates, without the sampling noise: every test
+        input's canonical traces (coinciding ones once) scored by the model (`strategy_mass`).
+        {task: {fidelity: the mean over inputs of their summed probability (a sample is faithful exactly
+        when it is one of them), shares: {strategy: its traces' probability mass over the total}}};
+        shares None where the mass is zero."""
+        frame = self.bench.test
+        mass = {n: dict.fromkeys(TASKS[n].strategies, 0.0) for n in self.bench.names}
+        for task, found in zip(frame["task"], self.strategy_mass(frame)):
+            for s, p in found.items():
+                mass[task][s] += p
+        counts, total = frame["task"].value_counts(), {n: sum(m.values()) for n, m in mass.items()}
         return {n: dict(fidelity=float(total[n] / counts[n]),
                         shares={s: float(v / total[n]) for s, v in m.items()} if total[n] > 0 else None)
                 for n, m in mass.items()}
