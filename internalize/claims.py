@@ -367,7 +367,7 @@ def record_run(run_dir: Path, root: Path = ROOT) -> Path:
     import pandas as pd
 
     from internalize import config as configs
-    from internalize.sweep.table import flatten, stage_columns
+    from internalize.sweep.table import flatten, stage_columns, summary_columns
 
     run_dir = Path(run_dir)
     if not (run_dir / "summary.json").exists() or not (run_dir / "config.yaml").exists():
@@ -377,11 +377,7 @@ def record_run(run_dir: Path, root: Path = ROOT) -> Path:
     row = {"run_id": run_dir.name, "status": "done", "error": None}
     row.update({f"config.{k}": v for k, v in flatten(config).items() if not isinstance(v, (list, dict))})
     stages = summary.get("per_stage") or []
-    for key, value in summary.items():
-        if key != "per_stage":
-            row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
-    for task, figures in (summary.get("per_task") or {}).items():  # a figure of one task: per_task.TASK.KEY
-        row.update({f"per_task.{task}.{k}": v for k, v in figures.items() if isinstance(v, (int, float, str))})
+    row.update(summary_columns(summary))
     row.update(stage_columns(stages))
     for key in dict.fromkeys(k for stage in stages for k in stage):
         row[f"stage.{key}"] = json.dumps([stage.get(key) for stage in stages])

@@ -598,3 +598,14 @@ def test_a_cells_table_averages_each_task_and_cell_over_seeds(tmp_path):
     assert "## Steering" in report and "| curriculum.name | task | cell | runs | share | chance | inputs |" in report
     assert "| left | sorting | bubble | 2 | 0.85 ± 0.071 | 0.3 ± 0 | 40 ± 0 |" in report
     assert "merge" not in report  # a cell without figures (no input to steer) has no row
+
+
+def test_a_summary_becomes_columns_each_task_figure_its_own():
+    from internalize.sweep.table import summary_columns
+
+    summary = {"fidelity": 0.9, "steering": [1, 2], "per_stage": [{"a": 1}],
+               "per_task": {"grid_path": {"alignment_lift": 0.58, "shares": {"up": 0.5}}, "sorting": {"kl": 2.0}}}
+    row = summary_columns(summary)
+    assert row["fidelity"] == 0.9 and json.loads(row["steering"]) == [1, 2] and "per_stage" not in row
+    assert row["per_task.grid_path.alignment_lift"] == 0.58 and row["per_task.sorting.kl"] == 2.0
+    assert "per_task.grid_path.shares" not in row and json.loads(row["per_task"])["sorting"] == {"kl": 2.0}

@@ -34,6 +34,18 @@ def stage_columns(stages: list[dict]) -> dict:
     return out
 
 
+def summary_columns(summary: dict) -> dict:
+    """A summary as table columns: lists and mappings as JSON, and each task's scalar figures also as
+    per_task.TASK.KEY (so a claim or a plot can read one task's figure); per_stage is left out."""
+    row = {key: json.dumps(value) if isinstance(value, (list, dict)) else value
+           for key, value in summary.items() if key != "per_stage"}
+    for task, figures in (summary.get("per_task") or {}).items():
+        if isinstance(figures, dict):
+            row.update({f"per_task.{task}.{k}": v for k, v in figures.items()
+                        if isinstance(v, (int, float, str))})
+    return row
+
+
 def read_table(file: Path):
     import pandas as pd
 
@@ -129,10 +141,7 @@ def collect(root: Path, spec: SweepSpec, tasks: list[dict]):
         if (path / "summary.json").exists():
             summary = json.loads((path / "summary.json").read_text())
             row["status"] = "done"
-            for key, value in summary.items():
-                if key == "per_stage":
-                    continue
-                row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
+            row.update(summary_columns(summary))
             row.update(stage_columns(summary.get("per_stage") or []))
             if config is not None and (path / "metrics.jsonl").exists():
                 row.update(registry.system_class(config.system).table_columns(read_metrics(path), config))
