@@ -449,6 +449,30 @@ def test_a_kept_row_configured_otherwise_is_refused(cli, tmp_path, monkeypatch):
     assert not (tmp_path / "b" / "imported.csv").exists()
 
 
+def test_a_row_of_another_sweep_stands_for_the_run_configured_as_it_was(tmp_path, monkeypatch):
+    import internalize.sweep as sweep
+    from internalize import config as configs
+    from internalize.sweep.table import flatten
+
+    monkeypatch.setattr(sweep.execute, "run_local", lambda jobs, workers, on_done: None)
+    file = write(tmp_path, SMALL.split("report:")[0])
+
+    def row(run_id, *overrides, score):  # a row of a sweep over other keys, with all its config columns
+        config = flatten(configs.load("logicot", list(overrides), "smoke").model_dump(mode="json"))
+        return dict(run_id=run_id, status="done", score=score, **{f"config.{k}": v for k, v in config.items()})
+
+    kept = pd.DataFrame([row("lr=other__seed=1", "task.k=8", "seed=1", "train.lr=0.5", score=0.9),
+                         row("lr=default__seed=1", "task.k=8", "seed=1", score=0.5),
+                         row("k=4__seed=9", "task.k=4", "seed=9", score=0.7)])
+    kept.to_csv(tmp_path / "kept.csv", index=False)
+    out = tmp_path / "out"
+    result = sweep.run_sweep(file, workers=1, out=out, show=False, done_from=tmp_path / "kept.csv")
+    table = pd.read_parquet(out / "results.parquet").set_index("run_id")
+    assert result["imported"] == 1 and table.loc["task.k=8__seed=1", "score"] == 0.5
+    assert table.loc["task.k=8__seed=1", "task.k"] == 8 and table.loc["task.k=8__seed=1", "seed"] == 1
+    assert (table.drop(index="task.k=8__seed=1")["status"] == "pending").all()
+
+
 @pytest.mark.slow
 def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
     from internalize.registry import build

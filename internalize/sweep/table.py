@@ -76,35 +76,60 @@ def _same(kept, here) -> bool:
     return kept == here or (kept is None and here in ("", [], {}))
 
 
+def _differences(row: dict, config) -> list[str]:
+    """The config keys whose value a results table's row holds otherwise than `config`: only the keys
+    both have are compared (a key only one side knows was written by older or newer code)."""
+    here = flatten(config.model_dump(mode="json"))
+    return [k for k in sorted(here) if f"config.{k}" in row and k != "description"
+            and not _same(row[f"config.{k}"], here[k])]
+
+
 def _check_imported(row: dict, config, table_file: Path) -> None:
     """Refuse a kept row whose run was configured otherwise than the sweep configures it now (another
-    base, other steps): only the keys both the row and today's config have are compared."""
-    here = flatten(config.model_dump(mode="json"))
-    changed = [k for k in sorted(here) if f"config.{k}" in row and k != "description"
-               and not _same(row[f"config.{k}"], here[k])]
+    base, other steps)."""
+    here, changed = flatten(config.model_dump(mode="json")), _differences(row, config)
     if changed:
         shown = ", ".join(f"{k} ({row[f'config.{k}']} there, {here[k]} here)" for k in changed[:3])
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         raise ConfigError(f"{table_file}: run {row['run_id']} was configured otherwise: {shown}{more}")
 
 
+def _configured_as(row: dict, config, point: dict) -> bool:
+    """Whether a row of another sweep is the run `config` describes: it names every key the point
+    sets and the seed, and no key differs."""
+    return (all(f"config.{k}" in row for k in [*point, "seed", "experiment"])
+            and not _differences(row, config))
+
+
 def import_rows(root: Path, tasks: list[dict], table_file: Path, config_of=None) -> int:
-    """Copy the finished rows of another results table of this sweep into root/imported.csv (kept
-    beside earlier imports, a new row replacing an old one); return how many were copied. With
-    `config_of` (a task to its Config), a row configured otherwise than its task is refused."""
+    """Copy the finished rows of another results table into root/imported.csv (kept beside earlier
+    imports, a new row replacing an old one); return how many were copied. A row stands for the run
+    of the same id; with `config_of` (a task to its Config), such a row configured otherwise is
+    refused, and a task no row names takes a row of another sweep configured exactly as it is (the
+    same base, steps, seed and every key of its point), under the task's id and point."""
     import pandas as pd
 
     table = read_table(table_file)
     if not {"run_id", "status"} <= set(table.columns):
         raise ConfigError(f"{table_file} is no sweep results table (it lacks run_id and status)")
-    ids = {t["id"] for t in tasks}
-    table = table[(table["status"] == "done") & table["run_id"].isin(ids)]
-    if table.empty:
-        raise ConfigError(f"{table_file} holds no finished run of this sweep")
+    done = table[table["status"] == "done"].to_dict("records")
+    by_id = {t["id"]: t for t in tasks}
+    chosen = {row["run_id"]: row for row in done if row["run_id"] in by_id}
     if config_of is not None:
-        by_id = {t["id"]: t for t in tasks}
-        for row in table.to_dict("records"):
-            _check_imported(row, config_of(by_id[row["run_id"]]), table_file)
+        for run, row in chosen.items():
+            _check_imported(row, config_of(by_id[run]), table_file)
+        others = [row for row in done if row["run_id"] not in by_id]
+        for t in tasks:
+            if t["id"] in chosen or not others:
+                continue
+            config = config_of(t)
+            match = next((row for row in others if _configured_as(row, config, t["point"])), None)
+            if match is not None:
+                others.remove(match)
+                chosen[t["id"]] = {**match, **t["point"], "seed": t["seed"], "run_id": t["id"]}
+    if not chosen:
+        raise ConfigError(f"{table_file} holds no finished run of this sweep")
+    table = pd.DataFrame(list(chosen.values()))
     fresh = set(table["run_id"])
     rows = [row for run, row in imported(root).items() if run not in fresh]
     merged = pd.concat([pd.DataFrame(rows), table], ignore_index=True) if rows else table
