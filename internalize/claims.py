@@ -360,10 +360,11 @@ def sync(check: bool = False, root: Path = ROOT) -> list[str]:
     return changed
 
 
-def record_run(run_dir: Path, root: Path = ROOT) -> Path:
+def record_run(run_dir: Path, root: Path = ROOT, name: str | None = None) -> Path:
     """A finished run as the one-row table docs/results/runs/EXPERIMENT[_SCALE]/results.csv: its config
     (config.KEY), its summary (lists and mappings as JSON; per_task's figures also as per_task.TASK.KEY) and
-    per-stage figures as lists (stage.KEY; stage.start_val_loss: each stage's first validation loss)."""
+    per-stage figures as lists (stage.KEY; stage.start_val_loss: each stage's first validation loss).
+    `name` (`--as`) names the table instead: two runs of one scale with other `--set` overrides."""
     import pandas as pd
 
     from internalize import config as configs
@@ -387,9 +388,12 @@ def record_run(run_dir: Path, root: Path = ROOT) -> Path:
             if "stage" in record and "val_loss" in record:
                 first.setdefault(record["stage"], record["val_loss"])
         row["stage.start_val_loss"] = json.dumps([first[k] for k in sorted(first)])
-    name = str(summary.get("experiment") or config.get("experiment"))
-    if config.get("scale") not in (None, "default"):
-        name += f"_{config['scale']}"
+    if name is None:
+        name = str(summary.get("experiment") or config.get("experiment"))
+        if config.get("scale") not in (None, "default"):
+            name += f"_{config['scale']}"
+    elif not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name.strip(".") == "":
+        raise ConfigError(f"--as {name!r}: a table's name is letters, digits, '_', '-' and '.'")
     out = root / RESULTS / "runs" / name / "results.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([row]).to_csv(out, index=False)

@@ -191,13 +191,17 @@ def claims(
     check: bool = typer.Option(False, "--check", help="write nothing; exit 1 naming each stale page"),
     record: Optional[Path] = typer.Option(None, "--record", help="first write this finished run as the "
                                           "one-row table docs/results/runs/EXPERIMENT/results.csv"),
+    name: Optional[str] = typer.Option(None, "--as", help="with --record: the table's name instead of "
+                                       "EXPERIMENT[_SCALE] (a run with --set overrides of its own)"),
 ) -> None:
     """The claims tables (docs/claims/*.yaml), written from the committed result rows."""
     from internalize import claims as tables
 
     try:
+        if name is not None and record is None:
+            raise ConfigError("--as names the table of --record RUN; give both")
         if record is not None:
-            console.print(f"wrote {tables.record_run(record)}", highlight=False)
+            console.print(f"wrote {tables.record_run(record, name=name)}", highlight=False)
         stale = tables.sync(check)
     except ConfigError as err:
         fail(str(err))

@@ -187,6 +187,12 @@ def test_a_recorded_run_is_a_one_row_table(tmp_path):
     (run / "config.yaml").write_text((run / "config.yaml").read_text() + "scale: smoke\n")
     out = claims.record_run(run, root=tmp_path)
     assert out == tmp_path / "docs" / "results" / "runs" / "logicot_smoke" / "results.csv"
+    # a run of that scale with overrides of its own is named apart, and keeps the scale's table
+    assert claims.record_run(run, root=tmp_path, name="logicot_smoke_lr3") == out.parent.parent / "logicot_smoke_lr3" / "results.csv"
+    assert out.exists()
+    for bad in ("../logicot", "a/b", "..", ""):
+        with pytest.raises(ConfigError, match="a table's name"):
+            claims.record_run(run, root=tmp_path, name=bad)
 
 
 def test_row_filters_apply_to_every_template_of_the_row(root):
