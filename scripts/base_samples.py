@@ -11,8 +11,8 @@ token's weight over the response's mean token weight. And the base's own lean, s
 (every canonical trace's probability, `strategy_mass`): how far each input's strategy distribution
 p(s | x) sits from the task's overall one, as the mean total variation and as the mutual information
 I(S; X) in nats against the overall distribution's entropy H(S) (0 when the strategy a sample takes
-does not depend on its input; inputs whose strategies write one trace are left out). Token weights are the objectives' own
-(internalize.systems.strategies.objectives.token_weights: sum for the ELBO, the base's surprisal **
+does not depend on its input; inputs whose strategies write one trace are left out). Token weights
+are the objectives' own (internalize.systems.strategies.objectives.token_weights: sum for the ELBO, the base's surprisal **
 gamma for model_directed and token_weighting, uniform for global_scale, surprisal ** -gamma for
 token_inverse), the surprisal the base's own on the sample.
 """

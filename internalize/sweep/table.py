@@ -76,29 +76,28 @@ def _same(kept, here) -> bool:
     return kept == here or (kept is None and here in ("", [], {}))
 
 
-def _differences(row: dict, config) -> list[str]:
-    """The config keys whose value a results table's row holds otherwise than `config`: only the keys
-    both have are compared (a key only one side knows was written by older or newer code)."""
-    here = flatten(config.model_dump(mode="json"))
+def _differences(row: dict, here: dict) -> list[str]:
+    """The keys of a flattened config `here` whose value a results table's row holds otherwise: only the
+    keys both have are compared (a key only one side knows was written by older or newer code)."""
     return [k for k in sorted(here) if f"config.{k}" in row and k != "description"
             and not _same(row[f"config.{k}"], here[k])]
 
 
-def _check_imported(row: dict, config, table_file: Path) -> None:
+def _check_imported(row: dict, here: dict, table_file: Path) -> None:
     """Refuse a kept row whose run was configured otherwise than the sweep configures it now (another
     base, other steps)."""
-    here, changed = flatten(config.model_dump(mode="json")), _differences(row, config)
+    changed = _differences(row, here)
     if changed:
         shown = ", ".join(f"{k} ({row[f'config.{k}']} there, {here[k]} here)" for k in changed[:3])
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         raise ConfigError(f"{table_file}: run {row['run_id']} was configured otherwise: {shown}{more}")
 
 
-def _configured_as(row: dict, config, point: dict) -> bool:
-    """Whether a row of another sweep is the run `config` describes: it names every key the point
-    sets and the seed, and no key differs."""
+def _configured_as(row: dict, here: dict, point: dict) -> bool:
+    """Whether a row of another sweep is the run of the flattened config `here`: it names every key the
+    point sets and the seed, and no key differs."""
     return (all(f"config.{k}" in row for k in [*point, "seed", "experiment"])
-            and not _differences(row, config))
+            and not _differences(row, here))
 
 
 def import_rows(root: Path, tasks: list[dict], table_file: Path, config_of=None) -> int:
@@ -116,14 +115,17 @@ def import_rows(root: Path, tasks: list[dict], table_file: Path, config_of=None)
     by_id = {t["id"]: t for t in tasks}
     chosen = {row["run_id"]: row for row in done if row["run_id"] in by_id}
     if config_of is not None:
+        def flat(task: dict) -> dict:
+            return flatten(config_of(task).model_dump(mode="json"))
+
         for run, row in chosen.items():
-            _check_imported(row, config_of(by_id[run]), table_file)
+            _check_imported(row, flat(by_id[run]), table_file)
         others = [row for row in done if row["run_id"] not in by_id]
         for t in tasks:
             if t["id"] in chosen or not others:
                 continue
-            config = config_of(t)
-            match = next((row for row in others if _configured_as(row, config, t["point"])), None)
+            here = flat(t)
+            match = next((row for row in others if _configured_as(row, here, t["point"])), None)
             if match is not None:
                 others.remove(match)
                 chosen[t["id"]] = {**match, **t["point"], "seed": t["seed"], "run_id": t["id"]}
