@@ -367,3 +367,37 @@ def test_the_frozen_bases_pass_runs_only_for_objectives_that_weigh_by_its_surpri
         system.net.reference_logits = lambda *a, **k: calls.append(1) or reference(*a, **k)
         stage.loss(stage.sample(8, torch.Generator().manual_seed(0)))
         assert bool(calls) == (LATENT_OBJECTIVES[name][0] in ("surprisal", "inverse")), name
+
+
+def test_base_faithful_draws_refused_samples_again_and_falls_back_to_the_benchmarks_trace():
+    system = smoke_system("data.response_source=base_faithful", "data.redraws=2")
+    examples = system.bench.sample_frame(6, torch.Generator().manual_seed(3))
+    truth = [examples["text"].iloc[i].split("<y>")[1].split("</y>")[0] for i in range(6)]
+    # rows 0-1 right at once, rows 2-3 right at the second draw, rows 4-5 never: the stub base answers
+    # with the benchmark's trace where the plan says so and with garbage elsewhere
+    plan = {0: 0, 1: 0, 2: 1, 3: 1}
+    calls = []
+
+    def base_traces(frame, generator):
+        calls.append(list(frame.index))
+        draw = len(calls) - 1
+        return [truth[i] if plan.get(i, 99) <= draw else "9=9" for i in frame.index]
+
+    system.base_traces = base_traces
+    traces = system.redraw(examples, base_traces(examples, None), None)
+    assert traces[:4] == truth[:4] and traces[4:] == truth[4:]  # refused twice more: the benchmark's trace
+    assert calls == [[0, 1, 2, 3, 4, 5], [2, 3, 4, 5], [4, 5]]  # only the refused rows are drawn again
+    assert system.draws == {"rows": 6, "refused": 4, "replaced": 2}
+    verdicts = system.bench.verdicts(examples, traces)
+    assert all(v.valid for v in verdicts)
+
+
+def test_the_base_sources_read_the_examples_that_the_benchmark_source_draws():
+    base = smoke_system("data.response_source=base")
+    bench = smoke_system()
+    seen = []
+    base.base_responses = lambda examples, generator: seen.append(examples) or bench.bench.encode(examples)
+    tokens, response, _ = base.sample(8, torch.Generator().manual_seed(5))
+    expected, expected_response, _ = bench.sample(8, torch.Generator().manual_seed(5))
+    assert torch.equal(tokens, expected) and torch.equal(response, expected_response)
+    assert list(seen[0].columns) == ["task", "input", "text"]

@@ -168,8 +168,10 @@ class ObjectiveConfig(Strict):
 
 class DataConfig(Strict):
     # train on the benchmark's traces (the released code) or on responses sampled from the frozen base
-    # model at temperature 1 (the paper's manuscript)
-    response_source: Literal["benchmark", "base"] = "benchmark"
+    # model at temperature 1 (the paper's manuscript); base_faithful: the base's samples with each one
+    # the benchmark's validators refuse drawn again (its errors gone, its strategy shares and lean kept)
+    response_source: Literal["benchmark", "base", "base_faithful"] = "benchmark"
+    redraws: int = Field(8, ge=0)  # base_faithful: draws again before a refused sample takes the benchmark's trace
 
 
 class FactorizeEvalConfig(EvalConfig):

@@ -148,7 +148,9 @@ class Benchmark:
         # batches prompts of different lengths that all keep their full step budget
         self.positions: int | None = None
         gen = torch.Generator().manual_seed(config.seed + VAL_SEED)
-        self.val = self.subset("validation", config.train.val_size, gen)
+        val_rows = self.pick("validation", config.train.val_size, gen)
+        self.val = tuple(t[val_rows] for t in self.data["validation"])
+        self.val_frame = self.frames["validation"].iloc[val_rows.tolist()].reset_index(drop=True)
         self.test_rows = self.pick("test", config.eval.test_size, torch.Generator().manual_seed(config.seed + TEST_SEED))
         self.test = self.frames["test"].iloc[self.test_rows.tolist()]  # the evaluated test examples
         self.test_data = tuple(t[self.test_rows] for t in self.data["test"])  # their tokens, response mask
@@ -198,10 +200,6 @@ class Benchmark:
         n = len(self.frames[split])
         return torch.randperm(n, generator=generator)[:min(size, n)]
 
-    def subset(self, split: str, size: int, generator: torch.Generator):
-        rows = self.pick(split, size, generator)
-        return tuple(t[rows] for t in self.data[split])
-
     def fresh_frame(self, batch_size: int, generator: torch.Generator) -> pd.DataFrame:
         """batch_size new examples (task and strategy uniform), drawn by a numpy stream seeded from
         `generator`, so a resumed run draws the same ones. Held-out inputs are refused, and so are
@@ -218,17 +216,26 @@ class Benchmark:
             strategy = task.strategies[int(rng.integers(len(task.strategies)))]
             text = frame(x, task.trace(problem, strategy))
             if (task.name, x) not in self.held_out and len(self.tokenizer.encode(text)) <= self.longest:
-                rows.append({"input": x, "text": text})
+                rows.append({"task": task.name, "input": x, "text": text})
         return pd.DataFrame(rows)
+
+    def train_rows(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """batch_size rows of the train split, drawn by the task weights where there are any."""
+        return (torch.multinomial(self.row_weights, batch_size, replacement=True, generator=generator)
+                if self.row_weights is not None
+                else torch.randint(len(self.frames["train"]), (batch_size,), generator=generator))
+
+    def sample_frame(self, batch_size: int, generator: torch.Generator) -> pd.DataFrame:
+        """The examples `sample` would draw from the same generator state, as a frame (task, input, text)."""
+        if self.config.task.fresh:
+            return self.fresh_frame(batch_size, generator)
+        return self.frames["train"].iloc[self.train_rows(batch_size, generator).tolist()].reset_index(drop=True)
 
     def sample(self, batch_size: int, generator: torch.Generator):
         if self.config.task.fresh:
             tokens, response = self.encode(self.fresh_frame(batch_size, generator))
         else:
-            rows = (torch.multinomial(self.row_weights, batch_size, replacement=True, generator=generator)
-                    if self.row_weights is not None
-                    else torch.randint(len(self.frames["train"]), (batch_size,), generator=generator))
-            tokens, response = (t[rows] for t in self.data["train"])
+            tokens, response = (t[self.train_rows(batch_size, generator)] for t in self.data["train"])
         width = int((tokens != self.tokenizer.pad_id).sum(1).max())  # drop the all-pad columns
         return tokens[:, :width].to(self.device), response[:, :width].to(self.device)
 

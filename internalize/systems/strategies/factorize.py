@@ -43,7 +43,7 @@ from internalize.runs import frozen_names
 from internalize.system import VAL_SEED, Stage, System, device_for
 from internalize.systems.strategies import figures
 from internalize.systems.strategies.alignment import steering
-from internalize.systems.strategies.benchmark import frame
+from internalize.systems.strategies.benchmark import frame, unframe
 from internalize.systems.strategies.data import (
     Benchmark,
     Decode,
@@ -76,6 +76,7 @@ class FactorizeSystem(Measures, System):
         self.c: float | None = None
         self.step = 0
         self.trajectory: list[dict] = []
+        self.draws = {"rows": 0, "refused": 0, "replaced": 0}  # base_faithful's training draws (redraw)
         total = config.train.steps_per_stage
         self.snapshot_steps = sorted({round(i * total / max(1, config.eval.snapshots))
                                       for i in range(config.eval.snapshots)}) if config.eval.snapshots else []
@@ -90,20 +91,49 @@ class FactorizeSystem(Measures, System):
         return z_at, z_at + 1, end_at
 
     def sample(self, batch_size: int, generator: torch.Generator):
-        tokens, response = self.bench.sample(batch_size, generator)
-        if self.config.data.response_source == "base":
-            tokens, response = self.base_responses(tokens, generator)
+        if self.config.data.response_source == "benchmark":
+            tokens, response = self.bench.sample(batch_size, generator)
+        else:
+            tokens, response = self.base_responses(self.bench.sample_frame(batch_size, generator), generator)
         return tokens, response, int(torch.randint(2**62, (1,), generator=generator))
 
     @torch.no_grad()
-    def base_responses(self, tokens: torch.Tensor, generator: torch.Generator):
-        """The same inputs, each with a response sampled from the frozen base at temperature 1."""
-        inputs = [self.bench.tokenizer.decode(row).split("<x>")[1].split("</x>")[0] for row in tokens.cpu().tolist()]
+    def base_responses(self, examples: pd.DataFrame, generator: torch.Generator):
+        """The same inputs, each with a response sampled from the frozen base at temperature 1; under
+        `base_faithful`, each unfaithful one drawn again (see redraw)."""
+        traces = self.base_traces(examples, generator)
+        if self.config.data.response_source == "base_faithful":
+            traces = self.redraw(examples, traces, generator)
+        texts = [frame(x, t if t is not None else "") for x, t in zip(examples["input"], traces)]
+        tokens, response = self.bench.encode(pd.DataFrame({"input": examples["input"], "text": texts}))
+        return tokens.to(self.device), response.to(self.device)
+
+    def base_traces(self, examples: pd.DataFrame, generator: torch.Generator) -> list[str | None]:
         with self.net.generator.disable_adapter():
-            traces = self.bench.generate(self.decoder(None), pd.DataFrame({"input": inputs}), 1.0, generator,
-                                         steps=self.bench.longest, batch=self.config.train.micro_batch or 256)
-        texts = [frame(x, t if t is not None else "") for x, t in zip(inputs, traces)]
-        return self.bench.encode(pd.DataFrame({"input": inputs, "text": texts}))
+            return self.bench.generate(self.decoder(None), examples, 1.0, generator, steps=self.bench.longest,
+                                       batch=self.config.train.micro_batch or 256)
+
+    def redraw(self, examples: pd.DataFrame, traces: list[str | None], generator: torch.Generator) -> list:
+        """Each trace that the benchmark's validators refuse, sampled again from the base, up to
+        data.redraws times; one still refused then takes its example's benchmark trace. The base's
+        faithful samples keep their strategy shares and its lean; its errors are gone. Counted in
+        self.draws (rows, refused at the first draw, replaced by the benchmark's trace)."""
+        traces = list(traces)
+        bad = [i for i, v in enumerate(self.bench.verdicts(examples, traces)) if not v.valid]
+        self.draws["rows"] += len(traces)
+        self.draws["refused"] += len(bad)
+        for _ in range(self.config.data.redraws):
+            if not bad:
+                break
+            again = self.base_traces(examples.iloc[bad], generator)
+            for i, trace in zip(bad, again):
+                traces[i] = trace
+            verdicts = self.bench.verdicts(examples.iloc[bad], again)
+            bad = [i for i, v in zip(bad, verdicts) if not v.valid]
+        for i in bad:
+            traces[i] = unframe(examples["text"].iloc[i])[1]
+        self.draws["replaced"] += len(bad)
+        return traces
 
     def decoder(self, z: torch.Tensor | None) -> Decode:
         """Benchmark.generate's `decode` for the generator with row i of `z` (N, d_z) added at each prompt
@@ -169,8 +199,9 @@ class FactorizeSystem(Measures, System):
 
     def stage(self, index: int) -> Stage:
         tokens, response = (t.to(self.device) for t in self.bench.val)
-        if self.config.data.response_source == "base":
-            tokens, response = self.base_responses(tokens, torch.Generator().manual_seed(self.config.seed + VAL_SEED))
+        if self.config.data.response_source != "benchmark":
+            tokens, response = self.base_responses(self.bench.val_frame,
+                                                   torch.Generator().manual_seed(self.config.seed + VAL_SEED))
         val = (tokens, response, self.config.seed + VAL_SEED)
         if self.c is None:
             self.c = self.estimate_c(val)
@@ -189,7 +220,7 @@ class FactorizeSystem(Measures, System):
             self.trajectory.append(dict(step=step, **self.measure(snapshot=True)))
 
     def state(self) -> dict:
-        return {"c": self.c, "trajectory": self.trajectory}
+        return {"c": self.c, "trajectory": self.trajectory, "draws": self.draws}
 
     def fixed(self) -> set[str]:  # the frozen base's copies, read again (or trained, seeded) at every start
         return frozen_names(self.net)
@@ -197,6 +228,7 @@ class FactorizeSystem(Measures, System):
     def load_state(self, state: dict) -> None:
         self.c = state.get("c")
         self.trajectory = state.get("trajectory", [])
+        self.draws = state.get("draws", self.draws)
 
     def evaluate(self, stage: int = 0) -> dict[str, float]:
         started = time.perf_counter()
@@ -221,10 +253,17 @@ class FactorizeSystem(Measures, System):
             tasks=self.bench.names, test_examples=len(self.bench.test_rows),
             trajectory=[*self.trajectory, dict(step=self.config.train.steps_per_stage,
                                                **{k: self.found[k] for k in TRAJECTORY})],  # the end, without PCA
-            steering=steering(self), data_strategy_shares=self.shares)
+            steering=steering(self), data_strategy_shares=self.shares,
+            **(self.draws_summary() if self.config.data.response_source == "base_faithful" else {}))
         # the final evaluation's own time: the measures at the stage's end and the steering generations
         self.found["summary"]["evaluation_seconds"] = self.found.get("evaluation_seconds", 0.0) + time.perf_counter() - started
         return self.found["summary"]
+
+    def draws_summary(self) -> dict:
+        """base_faithful's training draws: counts, and the shares refused at the first draw and replaced."""
+        rows = max(1, self.draws["rows"])
+        return {"base_draws": dict(self.draws), "base_refused": self.draws["refused"] / rows,
+                "base_replaced": self.draws["replaced"] / rows}
 
     def files(self, folder: Path) -> None:
         """generations.parquet: every generation of the final evaluation, one row each (see traces_with):
