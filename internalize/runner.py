@@ -104,7 +104,7 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
     ran, say), its `eval.*` settings changed by `overrides` (more test examples, say): the system's
     summary, without training figures, written to PATH/evaluation.json; the system's files (the
     factorisation's generations.parquet) under PATH/evaluation/."""
-    from internalize.runs import atomic_write, load_checkpoint, load_weights
+    from internalize.runs import atomic_write, start_from
 
     path = Path(path)
     if not (path / "config.yaml").exists():
@@ -115,11 +115,7 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
         raise ConfigError("evaluate changes eval.* settings only (the weights fix the rest of the config)")
     config = configs.load(str(path / "config.yaml"), list(overrides))
     system = seeded_system(config)
-    state, tensors = load_checkpoint(path)
-    try:
-        load_weights(system.model, tensors, system.fixed(), state["train"].get("fixed", ""))
-    except ValueError as err:
-        raise ConfigError(f"{path}: {err}") from None
+    state = start_from(system.model, path, "evaluate", system.fixed())
     system.load_state(state["train"].get("system") or {})
     found = dict(**identity(config), overrides=list(overrides), **system.summary())
     atomic_write(path / "evaluation.json", lambda p: p.write_text(json.dumps(found, indent=2)))

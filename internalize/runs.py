@@ -246,9 +246,10 @@ def _short(config: Config, key: str) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init", fixed: set[str] = frozenset()) -> None:
-    """Load the weights of the finished run at `folder` into `model`; a ConfigError naming the config
-    `key` that gave the folder when it holds none that fit (`fixed`: as in load_weights)."""
+def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init", fixed: set[str] = frozenset()) -> dict:
+    """Load the weights of the finished run at `folder` into `model` and return its checkpoint's state;
+    a ConfigError naming the config `key` that gave the folder when it holds none that fit (`fixed`: as
+    in load_weights)."""
     if not (folder / "config.yaml").is_file():
         raise ConfigError(f"{key}: {folder} is not a run directory (no config.yaml)")
     found = load_checkpoint(folder)
@@ -258,3 +259,4 @@ def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init", fi
         load_weights(model, found[1], fixed, found[0]["train"].get("fixed", ""))
     except ValueError as err:
         raise ConfigError(f"{key}: {folder}: {err}") from None
+    return found[0]
