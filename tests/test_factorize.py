@@ -384,10 +384,11 @@ def test_base_faithful_draws_refused_samples_again_and_falls_back_to_the_benchma
         return [truth[i] if plan.get(i, 99) <= draw else "9=9" for i in frame.index]
 
     system.base_traces = base_traces
-    traces = system.redraw(examples, base_traces(examples, None), None)
+    tally = {"rows": 0, "refused": 0, "replaced": 0}
+    traces = system.redraw(examples, base_traces(examples, None), None, tally)
     assert traces[:4] == truth[:4] and traces[4:] == truth[4:]  # refused twice more: the benchmark's trace
     assert calls == [[0, 1, 2, 3, 4, 5], [2, 3, 4, 5], [4, 5]]  # only the refused rows are drawn again
-    assert system.draws == {"rows": 6, "refused": 4, "replaced": 2}
+    assert tally == {"rows": 6, "refused": 4, "replaced": 2}
     verdicts = system.bench.verdicts(examples, traces)
     assert all(v.valid for v in verdicts)
 
@@ -396,7 +397,7 @@ def test_the_base_sources_read_the_examples_that_the_benchmark_source_draws():
     base = smoke_system("data.response_source=base")
     bench = smoke_system()
     seen = []
-    base.base_responses = lambda examples, generator: seen.append(examples) or bench.bench.encode(examples)
+    base.base_responses = lambda examples, generator, tally: seen.append(examples) or bench.bench.encode(examples)
     tokens, response, _ = base.sample(8, torch.Generator().manual_seed(5))
     expected, expected_response, _ = bench.sample(8, torch.Generator().manual_seed(5))
     assert torch.equal(tokens, expected) and torch.equal(response, expected_response)

@@ -94,16 +94,17 @@ class FactorizeSystem(Measures, System):
         if self.config.data.response_source == "benchmark":
             tokens, response = self.bench.sample(batch_size, generator)
         else:
-            tokens, response = self.base_responses(self.bench.sample_frame(batch_size, generator), generator)
+            tokens, response = self.base_responses(self.bench.sample_frame(batch_size, generator), generator,
+                                                   self.draws)
         return tokens, response, int(torch.randint(2**62, (1,), generator=generator))
 
     @torch.no_grad()
-    def base_responses(self, examples: pd.DataFrame, generator: torch.Generator):
+    def base_responses(self, examples: pd.DataFrame, generator: torch.Generator, tally: dict | None = None):
         """The same inputs, each with a response sampled from the frozen base at temperature 1; under
-        `base_faithful`, each unfaithful one drawn again (see redraw)."""
+        `base_faithful`, each unfaithful one drawn again (see redraw; counted into `tally`)."""
         traces = self.base_traces(examples, generator)
         if self.config.data.response_source == "base_faithful":
-            traces = self.redraw(examples, traces, generator)
+            traces = self.redraw(examples, traces, generator, tally)
         texts = [frame(x, t if t is not None else "") for x, t in zip(examples["input"], traces)]
         tokens, response = self.bench.encode(pd.DataFrame({"input": examples["input"], "text": texts}))
         return tokens.to(self.device), response.to(self.device)
@@ -113,15 +114,16 @@ class FactorizeSystem(Measures, System):
             return self.bench.generate(self.decoder(None), examples, 1.0, generator, steps=self.bench.longest,
                                        batch=self.config.train.micro_batch or 256)
 
-    def redraw(self, examples: pd.DataFrame, traces: list[str | None], generator: torch.Generator) -> list:
+    def redraw(self, examples: pd.DataFrame, traces: list[str | None], generator: torch.Generator,
+               tally: dict | None = None) -> list:
         """Each trace that the benchmark's validators refuse, sampled again from the base, up to
         data.redraws times; one still refused then takes its example's benchmark trace. The base's
-        faithful samples keep their strategy shares and its lean; its errors are gone. Counted in
-        self.draws (rows, refused at the first draw, replaced by the benchmark's trace)."""
+        faithful samples keep their strategy shares and its lean; its errors are gone. Counted into
+        `tally` where given (rows, refused at the first draw, replaced by the benchmark's trace): the
+        training draws are (self.draws), the validation responses, drawn again at every start, are not."""
         traces = list(traces)
         bad = [i for i, v in enumerate(self.bench.verdicts(examples, traces)) if not v.valid]
-        self.draws["rows"] += len(traces)
-        self.draws["refused"] += len(bad)
+        first = len(bad)
         for _ in range(self.config.data.redraws):
             if not bad:
                 break
@@ -132,7 +134,10 @@ class FactorizeSystem(Measures, System):
             bad = [i for i, v in zip(bad, verdicts) if not v.valid]
         for i in bad:
             traces[i] = unframe(examples["text"].iloc[i])[1]
-        self.draws["replaced"] += len(bad)
+        if tally is not None:
+            tally["rows"] += len(traces)
+            tally["refused"] += first
+            tally["replaced"] += len(bad)
         return traces
 
     def decoder(self, z: torch.Tensor | None) -> Decode:
