@@ -88,6 +88,8 @@ def sweep(
                                      help="train each point's seeds at once, as one job (Log-ICoT); same results"),
     done_from: Optional[Path] = typer.Option(None, "--done-from",
                                              help="a kept results table of this sweep: its finished runs count as done"),
+    seeds: Optional[str] = typer.Option(None, "--seeds",
+                                        help="run only these of the sweep's seeds, comma-separated (e.g. 0 or 0,1)"),
 ) -> None:
     """Run every unfinished run of a sweep, then write its results table and report."""
     from internalize.sweep import run_sweep
@@ -98,8 +100,12 @@ def sweep(
     if (workers is not None and workers < 1) or (threads is not None and threads < 1):
         fail("--workers and --threads must be at least 1")
     try:
+        chosen = [int(s) for s in seeds.split(",")] if seeds is not None else None
+    except ValueError:
+        fail(f"--seeds {seeds!r}: give seeds as integers, comma-separated (e.g. 0,1)")
+    try:
         result = run_sweep(file, executor, address, workers, out, show=not quiet, threads=threads,
-                           stack_seeds=stack_seeds, done_from=done_from)
+                           stack_seeds=stack_seeds, done_from=done_from, seeds=chosen)
         path = write_report(result["root"], result["table"])
     except ConfigError as err:
         fail(str(err))

@@ -383,6 +383,31 @@ def test_runs_start_seed_by_seed(tmp_path, monkeypatch):
                        "task.k=8__seed=2", "task.k=4__seed=3", "task.k=8__seed=3"]
 
 
+def test_seeds_runs_only_those_seeds_and_refuses_one_the_sweep_lacks(cli, tmp_path, monkeypatch):
+    import internalize.sweep as sweep
+
+    started = []
+
+    def record(jobs, workers, on_done):  # each run "finishes" with an empty summary
+        started.extend(j["id"] for j in jobs)
+        for j in jobs:
+            Path(j["path"]).mkdir(parents=True)
+            (Path(j["path"]) / "summary.json").write_text("{}")
+            on_done(dict(id=j["id"], status="done", seconds=0.0))
+
+    monkeypatch.setattr(sweep.execute, "run_local", record)
+    file = write(tmp_path, SMALL)
+    result = sweep.run_sweep(file, workers=1, out=tmp_path / "out", show=False, seeds=[2, 0])
+    assert started == ["task.k=4__seed=0", "task.k=8__seed=0", "task.k=4__seed=2", "task.k=8__seed=2"]
+    assert result["total"] == 8 and len(result["table"]) == 8  # the other seeds' rows stay, pending
+    assert sorted(result["table"][result["table"]["status"] == "pending"]["seed"]) == [1, 1, 3, 3]
+    out = cli("sweep", file, "--out", tmp_path / "out2", "--seeds", "1,5", "--quiet")
+    assert out.exit_code == 2 and "--seeds 5: not among the sweep's seeds (0, 1, 2, 3)" in out.output
+    assert not (tmp_path / "out2").exists()
+    out = cli("sweep", file, "--out", tmp_path / "out2", "--seeds", "one", "--quiet")
+    assert out.exit_code == 2 and "give seeds as integers" in out.output
+
+
 def test_a_sweep_finishes_from_a_kept_table(cli, tmp_path, monkeypatch):
     import internalize.sweep as sweep
 

@@ -134,8 +134,11 @@ def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
 
 def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
               out: Optional[Path] = None, show: bool = True, threads: Optional[int] = None,
-              stack_seeds: bool = False, done_from: Optional[Path] = None) -> dict:
-    """Run every unfinished run of a sweep; write the results table; return counts. With
+              stack_seeds: bool = False, done_from: Optional[Path] = None,
+              seeds: Optional[list[int]] = None) -> dict:
+    """Run every unfinished run of a sweep; write the results table; return counts. With `seeds`,
+    only those of the sweep's seeds run (the others stay pending in the table: a first look at every
+    point, or a long sweep done a seed at a time). With
     `stack_seeds`, each point's unfinished seeds train at once, as one job (systems whose registry
     entry has a stacked class; the others refuse). With `done_from`, a results table's finished rows
     count as done (see the module's docstring)."""
@@ -152,6 +155,10 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     file = locate(file)
     spec = read_spec(file)
     tasks = expand(spec)
+    unknown = sorted(set(seeds or []) - set(spec.seeds))
+    if unknown:
+        raise ConfigError(f"--seeds {','.join(map(str, unknown))}: not among the sweep's seeds "
+                          f"({', '.join(map(str, spec.seeds))})")
     root = sweep_dir(spec, file, out)
     runs = root / "runs"
     try:
@@ -181,7 +188,8 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     for t in tasks:  # a finished run counts only as the sweep configures it now (not a file edited since)
         if (runs / t["id"] / "summary.json").exists() and t["id"] not in kept:
             check_same(runs / t["id"], configs.load(spec.experiment, t["overrides"], spec.scale))
-    todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists() and t["id"] not in kept]
+    todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists() and t["id"] not in kept
+            and (seeds is None or t["seed"] in seeds)]
     # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
     # (or still running) already holds one run of every point
     todo.sort(key=lambda t: spec.seeds.index(t["seed"]))
