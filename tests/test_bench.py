@@ -57,7 +57,7 @@ def test_bench_quick_measures_every_line(cli, tmp_path):
     lines = {line["name"]: line for line in json.loads((tmp_path / "bench.json").read_text())["lines"]}
     assert set(lines) == {"training_w128", "training_w256", "utilisation_w256", "sampling", "answering_b1",
                           "answering_b64", "precision_bf16", "seeds_stacked", "length_chunks", "startup", "sweep_workers",
-                          "factorize_utilisation"}
+                          "factorize_utilisation", "factorize_stacked"}
     for line in lines.values():
         assert line["skipped"] is None and line["ratio"] > 0 and line["ours"] > 0 and line["theirs"] > 0
         assert line["met"] is (None if line["goal"] is None else line["ratio"] >= line["goal"])
