@@ -63,6 +63,8 @@ def test_bench_quick_measures_every_line(cli, tmp_path):
         assert line["met"] is (None if line["goal"] is None else line["ratio"] >= line["goal"])
         assert line["name"] in out.output
     assert 0 < lines["utilisation_w256"]["ratio"] < 1.5  # a share of the measured peak
+    # the stacked ways train the same copies: each gradient that of the copies one after another
+    assert max(lines["factorize_stacked"]["extra"]["gradient_gap"].values()) < 1e-6
 
 
 @pytest.mark.slow
