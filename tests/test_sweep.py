@@ -22,6 +22,7 @@ from internalize.sweep import (
 )
 from internalize.sweep.report import (
     group_label,
+    group_styles,
     power_fit,
     spread,
     stage_table,
@@ -271,6 +272,20 @@ def test_a_figure_groups_by_several_keys_and_leaves_out_the_ones_a_case_lacks(tm
     assert group_label(keys, ("right", 7.0)) == "curriculum.name = right, train.steps_per_stage = 7"
     assert group_label(keys, ("right", float("nan"))) == "curriculum.name = right"
     assert group_label(["curriculum.name"], "left") == "curriculum.name = left"
+
+
+def test_figure_lines_take_their_colour_from_the_first_key_and_their_style_from_the_rest():
+    names = [(o, w) for o in ("elbo", "model_directed", "global_scale") for w in (0.0, 1.0)]
+    styles = group_styles(names, ["objective.name", "objective.beta_warmup"])
+    colours = {n: s[0] for n, s in zip(names, styles)}
+    lines = {n: s[1:] for n, s in zip(names, styles)}
+    assert colours[("elbo", 0.0)] == colours[("elbo", 1.0)] != colours[("model_directed", 0.0)]
+    assert len(set(colours.values())) == 3 and len(set(lines.values())) == 2
+    assert lines[("elbo", 1.0)] == lines[("global_scale", 1.0)] != lines[("global_scale", 0.0)]
+    # one key, or too many combinations of the rest to draw apart: a colour each
+    assert len({s[0] for s in group_styles(["a", "b", "c"], ["objective.name"])}) == 3
+    many = [("a", w) for w in range(6)]
+    assert len({s[0] for s in group_styles(many, ["objective.name", "seed"])}) == 6
 
 
 WORKER_SCRIPT = """

@@ -103,6 +103,31 @@ def group_label(keys: list[str], values) -> str:
     return ", ".join(f"{k} = {show(v)}" for k, v in zip(keys, values) if show(v) != "-")
 
 
+STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+
+
+def group_styles(names: list, keys: list[str]) -> list[tuple[str, str, str]]:
+    """(colour, line style, marker) of each group: with several keys and at most four combinations of
+    the keys after the first, the colour follows the first key's value and the style the rest, so a
+    reader tells both apart (beta_elbo warmed up against beta_elbo constant); else a colour each."""
+    names = [tuple(show(v) for v in (n if isinstance(n, tuple) else (n,))) for n in names]
+    rest = sorted({n[1:] for n in names})
+    if len(keys) < 2 or len(rest) > len(STYLES):
+        return [(f"C{i % 10}", "-", "o") for i in range(len(names))]
+    firsts = list(dict.fromkeys(n[0] for n in names))
+    return [(f"C{firsts.index(n[0]) % 10}", *STYLES[rest.index(n[1:])]) for n in names]
+
+
+def place_legend(ax, fontsize: int) -> None:
+    """The legend inside the axes for a few entries; beside them, outside the data, for many."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
+    if len(ax.get_legend_handles_labels()[0]) > 5:
+        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=fontsize)
+
+
 def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     """One figure: mean and spread of y against x (one line per group); returns fit lines for the report."""
     import matplotlib
@@ -115,7 +140,6 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     if spec.scatter:
         return scatter(table, spec, path)
     fits = []
-    fig, ax = plt.subplots(figsize=(6, 4))
     table = table.copy()
     categories = None  # names on the x axis (a curriculum, say) instead of numbers: points, no lines
     if not pd.api.types.is_numeric_dtype(table[spec.x]):
@@ -123,18 +147,19 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
         table[spec.x] = table[spec.x].astype(str).map({c: i for i, c in enumerate(categories)})
     keys = spec.group_keys
     groups = list(table.groupby(keys, sort=True, dropna=False)) if keys else [((), table)]
-    for i, (name, part) in enumerate(groups):
+    styles = group_styles([name for name, _ in groups], keys)
+    fig, ax = plt.subplots(figsize=(6 + 3.5 * (len(groups) > 5), 4))
+    for (name, part), (color, line, marker) in zip(groups, styles):
         part = part[np.isfinite(part[spec.y].astype(float))]
         if spec.logy:
             part = part[part[spec.y] > 0]
         if part.empty:
             continue
-        color = f"C{i}"
         label = group_label(keys, name)
-        ax.scatter(part[spec.x], part[spec.y], s=12, alpha=0.35, color=color)
+        ax.scatter(part[spec.x], part[spec.y], s=12, alpha=0.35, color=color, marker=marker)
         stats = part.groupby(spec.x)[spec.y].agg(["mean", "std"]).reset_index()
-        ax.errorbar(stats[spec.x], stats["mean"], yerr=stats["std"].fillna(0), color=color, marker="o",
-                    lw=0 if categories else 1.5, elinewidth=1.5, capsize=3, label=label or None)
+        ax.errorbar(stats[spec.x], stats["mean"], yerr=stats["std"].fillna(0), color=color, marker=marker,
+                    ls=line, lw=0 if categories else 1.5, elinewidth=1.5, capsize=3, label=label or None)
         if spec.fit == "power" and part[spec.x].nunique() > 1:
             x, y = part[spec.x].to_numpy(float), part[spec.y].to_numpy(float)
             b, se, a = power_fit(x, y)
@@ -163,8 +188,7 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     ax.set_ylabel(spec.y)
     ax.set_title(spec.title or f"{spec.y} against {spec.x}", fontsize=10)
     ax.grid(alpha=0.3, which="both", lw=0.4)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+    place_legend(ax, 8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -179,18 +203,17 @@ def scatter(table, spec: FigureSpec, path: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4.2))
     keys = spec.group_keys
     groups = list(table.groupby(keys, sort=True, dropna=False)) if keys else [((), table)]
-    for i, (name, part) in enumerate(groups):
+    fig, ax = plt.subplots(figsize=(6 + 3.5 * (len(groups) > 5), 4.2))
+    for (name, part), (color, _, marker) in zip(groups, group_styles([name for name, _ in groups], keys)):
         part = part[np.isfinite(part[spec.x].astype(float)) & np.isfinite(part[spec.y].astype(float))]
         if part.empty:
             continue
         x, y = part[spec.x].astype(float), part[spec.y].astype(float)
-        color = f"C{i % 10}"
-        ax.scatter(x, y, s=14, alpha=0.35, color=color)
+        ax.scatter(x, y, s=14, alpha=0.35, color=color, marker=marker)
         ax.errorbar(x.mean(), y.mean(), xerr=x.std() if len(x) > 1 else 0, yerr=y.std() if len(y) > 1 else 0,
-                    color=color, marker="o", ms=7, capsize=3, label=group_label(keys, name) or None)
+                    color=color, marker=marker, ms=7, capsize=3, label=group_label(keys, name) or None)
     for axis, key in ((ax.set_xlim, spec.x), (ax.set_ylim, spec.y)):
         if table[key].astype(float).between(0, 1).all():
             axis(-0.03, 1.03)
@@ -198,8 +221,7 @@ def scatter(table, spec: FigureSpec, path: Path) -> list[str]:
     ax.set_ylabel(spec.y)
     ax.set_title(spec.title or f"{spec.y} against {spec.x}", fontsize=10)
     ax.grid(alpha=0.3, lw=0.4)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    place_legend(ax, 7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
