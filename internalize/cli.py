@@ -111,7 +111,8 @@ def sweep(
         fail(str(err))
     kept = f" ({result['imported']} of them imported)" if result["imported"] else ""
     console.print(f"{result['total']} runs: {result['ran']} run now, {result['skipped']} already finished{kept}, "
-                  f"{len(result['failed'])} failed", highlight=False)
+                  f"{len(result['failed'])} failed"
+                  + (f", {result['left']} left to the other seeds" if result["left"] else ""), highlight=False)
     for outcome in result["failed"]:
         console.print(f"  failed: {outcome['id']}: {outcome['error']}", highlight=False)
     console.print(f"results: {result['root'] / 'results.parquet'}; report: {path}", highlight=False)

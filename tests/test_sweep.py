@@ -415,6 +415,7 @@ def test_seeds_runs_only_those_seeds_and_refuses_one_the_sweep_lacks(cli, tmp_pa
     result = sweep.run_sweep(file, workers=1, out=tmp_path / "out", show=False, seeds=[2, 0])
     assert started == ["task.k=4__seed=0", "task.k=8__seed=0", "task.k=4__seed=2", "task.k=8__seed=2"]
     assert result["total"] == 8 and len(result["table"]) == 8  # the other seeds' rows stay, pending
+    assert (result["ran"], result["skipped"], result["left"]) == (4, 0, 4)
     assert sorted(result["table"][result["table"]["status"] == "pending"]["seed"]) == [1, 1, 3, 3]
     out = cli("sweep", file, "--out", tmp_path / "out2", "--seeds", "1,5", "--quiet")
     assert out.exit_code == 2 and "--seeds 5: not among the sweep's seeds (0, 1, 2, 3)" in out.output

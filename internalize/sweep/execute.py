@@ -188,8 +188,8 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     for t in tasks:  # a finished run counts only as the sweep configures it now (not a file edited since)
         if (runs / t["id"] / "summary.json").exists() and t["id"] not in kept:
             check_same(runs / t["id"], configs.load(spec.experiment, t["overrides"], spec.scale))
-    todo = [t for t in tasks if not (runs / t["id"] / "summary.json").exists() and t["id"] not in kept
-            and (seeds is None or t["seed"] in seeds)]
+    unfinished = [t for t in tasks if not (runs / t["id"] / "summary.json").exists() and t["id"] not in kept]
+    todo = [t for t in unfinished if seeds is None or t["seed"] in seeds]
     # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
     # (or still running) already holds one run of every point
     todo.sort(key=lambda t: spec.seeds.index(t["seed"]))
@@ -228,7 +228,8 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
             else:
                 raise ConfigError(f"unknown executor {executor!r}; choose local or ray")
     table = collect(root, spec, tasks)
-    return dict(root=root, total=len(tasks), ran=len(todo), skipped=len(tasks) - len(todo),
+    return dict(root=root, total=len(tasks), ran=len(todo), skipped=len(tasks) - len(unfinished),
+                left=len(unfinished) - len(todo),
                 imported=sum(t["id"] in kept and not (runs / t["id"] / "summary.json").exists() for t in tasks),
                 failed=[o for o in outcomes.values() if o["status"] == "failed"], table=table)
 
