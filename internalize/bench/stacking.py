@@ -118,13 +118,10 @@ def ways(runs: int, batch: int, length: int, width: int) -> dict:
 
 def worst_gradient_gap(steps: dict) -> dict:
     """Each way's largest gradient difference from the first way's."""
-    first, *rest = steps.values()
-    reference = first()
-    gaps = {}
-    for label in list(steps)[1:]:
-        grads = steps[label]()
-        gaps[label] = max(float((a - b).abs().max()) for ra, rb in zip(reference, grads) for a, b in zip(ra, rb))
-    return gaps
+    first, *others = steps
+    reference = steps[first]()
+    return {label: max(float((a - b).abs().max()) for ra, rb in zip(reference, steps[label]()) for a, b in zip(ra, rb))
+            for label in others}
 
 
 def stacked(quick: bool) -> list[Line]:

@@ -118,13 +118,15 @@ def group_styles(names: list, keys: list[str]) -> list[tuple[str, str, str]]:
     return [(f"C{firsts.index(n[0]) % 10}", *STYLES[rest.index(n[1:])]) for n in names]
 
 
-def place_legend(ax, fontsize: int) -> None:
-    """The legend inside the axes for a few entries; beside them, outside the data, for many."""
-    if not ax.get_legend_handles_labels()[0]:
-        return
-    if len(ax.get_legend_handles_labels()[0]) > 5:
+def place_legend(fig, ax, fontsize: int) -> None:
+    """The legend inside the axes for a few entries; for many, beside them, off the data, the figure
+    widened to hold it."""
+    entries = len(ax.get_legend_handles_labels()[0])
+    if entries > 5:
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width + 3.5, height)
         ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    else:
+    elif entries:
         ax.legend(fontsize=fontsize)
 
 
@@ -148,7 +150,7 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     keys = spec.group_keys
     groups = list(table.groupby(keys, sort=True, dropna=False)) if keys else [((), table)]
     styles = group_styles([name for name, _ in groups], keys)
-    fig, ax = plt.subplots(figsize=(6 + 3.5 * (len(groups) > 5), 4))
+    fig, ax = plt.subplots(figsize=(6, 4))
     for (name, part), (color, line, marker) in zip(groups, styles):
         part = part[np.isfinite(part[spec.y].astype(float))]
         if spec.logy:
@@ -188,7 +190,7 @@ def figure(table, spec: FigureSpec, path: Path) -> list[str]:
     ax.set_ylabel(spec.y)
     ax.set_title(spec.title or f"{spec.y} against {spec.x}", fontsize=10)
     ax.grid(alpha=0.3, which="both", lw=0.4)
-    place_legend(ax, 8)
+    place_legend(fig, ax, 8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -205,7 +207,7 @@ def scatter(table, spec: FigureSpec, path: Path) -> list[str]:
 
     keys = spec.group_keys
     groups = list(table.groupby(keys, sort=True, dropna=False)) if keys else [((), table)]
-    fig, ax = plt.subplots(figsize=(6 + 3.5 * (len(groups) > 5), 4.2))
+    fig, ax = plt.subplots(figsize=(6, 4.2))
     for (name, part), (color, _, marker) in zip(groups, group_styles([name for name, _ in groups], keys)):
         part = part[np.isfinite(part[spec.x].astype(float)) & np.isfinite(part[spec.y].astype(float))]
         if part.empty:
@@ -221,7 +223,7 @@ def scatter(table, spec: FigureSpec, path: Path) -> list[str]:
     ax.set_ylabel(spec.y)
     ax.set_title(spec.title or f"{spec.y} against {spec.x}", fontsize=10)
     ax.grid(alpha=0.3, lw=0.4)
-    place_legend(ax, 7)
+    place_legend(fig, ax, 7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
