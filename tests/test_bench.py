@@ -44,6 +44,18 @@ def test_the_gpt2_twin_gives_the_gpts_logits_and_tokens():
     assert torch.equal(theirs, gpt.generate(x, 10))
 
 
+def test_lines_that_need_an_optional_package_say_so_without_it(monkeypatch):
+    from internalize.bench import decode, factorize, gpt, stacking, timing
+
+    real = timing.installed
+    for module in (decode, factorize, gpt, stacking):  # as if neither peft nor transformers were installed
+        monkeypatch.setattr(module, "installed", lambda name: False)
+    lines = [*factorize.utilisation(True), *stacking.stacked(True), *decode.sampling(True)]
+    assert [line.verdict for line in lines] == ["skipped: needs peft", "skipped: needs peft",
+                                                "skipped: needs transformers"]
+    assert real("torch") and not real("no_such_package_here")
+
+
 def test_an_unknown_line_is_one_clear_line_and_exit_2(cli):
     out = cli("bench", "--only", "training,warp")
     assert out.exit_code == 2 and "warp" in out.output and len(out.output.strip().splitlines()) == 1

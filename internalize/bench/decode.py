@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from internalize.bench.timing import Line, have_transformers, side_by_side, threads
+from internalize.bench.timing import Line, installed, side_by_side, threads
 from internalize.models.gpt import GPT, GPTConfig
 
 
 def sampling(quick: bool) -> list[Line]:
     """Temperature-1 sampling of new tokens for a batch of prompts (the strategies evaluation's
     shape: width 128, depth 4, prompts of 24 tokens, 48 new ones), one thread."""
-    if not have_transformers():
+    if not installed("transformers"):
         return [Line("sampling", "batched KV-cache sampling against transformers generate", skipped="needs transformers")]
     from internalize.models.gpt2 import to_gpt2
 

@@ -7,7 +7,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from internalize.bench.gpt import square_product
-from internalize.bench.timing import Line, side_by_side, threads
+from internalize.bench.timing import Line, installed, side_by_side, threads
 
 
 def factorize_step(quick: bool, prepare=None):
@@ -39,6 +39,8 @@ def factorize_step(quick: bool, prepare=None):
 
 
 def utilisation(quick: bool) -> list[Line]:
+    if not installed("peft"):  # the factorisation's LoRA copies are peft's
+        return [Line("factorize_utilisation", "a strategies_factorize training step", goal=0.6, skipped="needs peft")]
     with threads(1):
         step, config = factorize_step(quick)
         step()  # the first call allocates; count the second

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from internalize.bench.timing import Line, have_transformers, side_by_side, threads
+from internalize.bench.timing import Line, installed, side_by_side, threads
 from internalize.models.gpt import GPT, GPTConfig
 
 VOCAB, DEPTH, HEADS = 64, 4, 4
@@ -44,7 +44,7 @@ def batch_of(batch: int, length: int) -> torch.Tensor:
 
 
 def training(quick: bool) -> list[Line]:
-    if not have_transformers():
+    if not installed("transformers"):
         return [Line(f"training_w{w}", "GPT training tokens/s against GPT2LMHeadModel", skipped="needs transformers")
                 for w in (128, 256)]
     lines = []
@@ -93,7 +93,7 @@ def utilisation(quick: bool) -> list[Line]:
     hf_share = None
     with threads(1):  # the peak is measured in the same rounds as the steps, so both see the same machine
         a, p = side_by_side(stepper(ours, tokens, False), product, repeats=3 if quick else 10, rounds=2 if quick else 4)
-        if have_transformers():
+        if installed("transformers"):
             from internalize.models.gpt2 import to_gpt2
 
             b, p2 = side_by_side(stepper(to_gpt2(ours).train(), tokens, True), product, repeats=3 if quick else 10,

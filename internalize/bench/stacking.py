@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from internalize.bench.timing import Line, side_by_side, threads
+from internalize.bench.timing import Line, installed, side_by_side, threads
 
 TARGETS = ["qkv", "proj", "fc_in", "fc_out"]
 
@@ -125,9 +125,7 @@ def worst_gradient_gap(steps: dict) -> dict:
 
 
 def stacked(quick: bool) -> list[Line]:
-    try:
-        import peft  # noqa: F401
-    except ImportError:
+    if not installed("peft"):
         return [Line("factorize_stacked", "stacked LoRA runs", goal=3.0, skipped="needs peft")]
     runs, batch, length, width = (6, 16, 32, 64) if quick else (6, 64, 40, 96)
     with threads(1):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
@@ -73,9 +74,6 @@ def side_by_side(a: Callable[[], object], b: Callable[[], object], repeats: int,
     return best_a, best_b
 
 
-def have_transformers() -> bool:
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def installed(package: str) -> bool:
+    """Whether an optional package (transformers, peft: the `strategies` extra) can be imported."""
+    return importlib.util.find_spec(package) is not None
