@@ -141,39 +141,50 @@ class Split:
         pass  # a stack is not resumed: an interrupted one starts over
 
 
+def stack_key(config: Config, varies: tuple[str, ...]) -> str:
+    """What runs trained as one stack share: the config without the fields they may differ in."""
+    dump = config.model_dump(mode="json")
+    return json.dumps({k: v for k, v in dump.items() if k not in varies}, sort_keys=True)
+
+
 def train_stacked(group: list[Config], recorder=None) -> tuple:
-    """Train runs that differ only in their seed at once (the system's registry entry names a stacked
-    class): the stacked system, and each seed's own (system, training result) as if it had trained alone."""
+    """Train runs at once that differ only in what the system's stacked class lets them differ in
+    (its `varies`: Log-ICoT's seeds, the factorisation's objectives): the stacked system, and each
+    run's own (system, training result) as if it had trained alone."""
     from internalize.registry import stacked_class
     from internalize.train import Discard, train
 
     first = group[0]
-    if any(c.model_copy(update={"seed": first.seed}) != first for c in group):
-        raise ConfigError("stacked runs must differ in their seed alone")
+    try:
+        cls = stacked_class(first.system)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if len({stack_key(c, cls.varies) for c in group}) > 1:
+        raise ConfigError(f"stacked {first.system} runs must differ in {', '.join(cls.varies)} alone")
     try:
         torch.manual_seed(first.seed)
-        system = stacked_class(first.system)(first, [c.seed for c in group])
+        system = cls(group)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     recorder = Discard() if recorder is None else recorder(system)
-    train(system, first.train.model_copy(update={"checkpoint_every": 0}), torch.Generator().manual_seed(0),
+    train(system, first.train.model_copy(update={"checkpoint_every": 0}), torch.Generator().manual_seed(first.seed),
           recorder, show_progress=False)
     return system, [system.seed(i) for i in range(len(group))]
 
 
 def stacked_summaries(group: list[Config]) -> list[dict]:
-    """Each seed's summary of a stacked training, in memory (no run directory)."""
+    """Each run's summary of a stacked training, in memory (no run directory)."""
     _, seeds = train_stacked(group)
     return [summarise(config, solo, result) for config, (solo, result) in zip(group, seeds)]
 
 
 def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
-    """Train runs that differ only in their seed at once and write each into its path as `execute`
+    """Train runs that can stack (train_stacked) at once and write each into its path as `execute`
     would: config, metrics, figures, summary, and a checkpoint of its final weights. Directories in
     `paths` are started over."""
     import shutil
 
-    from internalize.runs import Run, model_tensors
+    from internalize.runs import Run, fixed_digest, model_tensors
     from internalize.train import TrainState
 
     started = time.perf_counter()
@@ -187,7 +198,9 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
     for i, (config, run, (solo, result)) in enumerate(zip(group, runs, seeds)):
         state = TrainState(stage=result["stages"], step=result["steps"], samples=result["samples_seen"],
                            seconds=result["train_seconds"], per_stage=result["per_stage"])
-        tensors = {f"model.{k}": v for k, v in model_tensors(solo.model)[0].items()}
+        fixed = solo.fixed()  # a frozen base: left out, its SHA-256 kept, as a run's own checkpoint does
+        state.fixed = fixed_digest(solo.model, fixed) if fixed else ""
+        tensors = {f"model.{k}": v for k, v in model_tensors(solo.model)[0].items() if k not in fixed}
         run.checkpoint(asdict(state), {**tensors, "rng.train": system.generators[i].get_state()})
         summaries.append(finish(config, solo, run, result, started, setup_seconds))
     return summaries

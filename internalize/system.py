@@ -111,25 +111,30 @@ class System:
 
 
 class Stacked(System):
-    """Several seeds of one system trained at once, as one system (a registry entry's `stacked`).
+    """Several runs of one system trained at once, as one system (a registry entry's `stacked`): runs
+    whose configs differ only in the top-level fields named by `varies` (Log-ICoT: its seeds, one
+    batched model; the factorisation: its objectives, one frozen base, batch and base passes shared).
 
     The trainer trains it like any system; its recorder hands every record to `split`, and at the
-    end each seed's run is written from `seed(i)` as if it had trained alone: each seed's summary,
-    metrics and figures are those of its own run (timings aside).
+    end each run is written from `seed(i)` as if it had trained alone: each run's summary, metrics
+    and figures are those of its own run (timings aside).
     """
 
+    varies: tuple[str, ...] = ("seed",)  # the config fields in which stacked runs may differ
     seeds: list[int]
-    generators: list[torch.Generator]  # each seed's training stream (its run's checkpoint keeps its state)
+    # each run's training stream, whose state its run's checkpoint keeps (runs that read the trainer's
+    # own stream, as the factorisation's do, hold it once per run)
+    generators: list[torch.Generator]
 
-    def __init__(self, config, seeds: list[int]):
+    def __init__(self, configs: list):
         raise NotImplementedError
 
     def split(self, record: dict) -> dict[int, dict]:
-        """A record the trainer logs -> each seed's own record (by index into `seeds`); a seed that
+        """A record the trainer logs -> each run's own record (by index into the configs); a run that
         did not train in the step the record reports is left out."""
         raise NotImplementedError
 
     def seed(self, index: int) -> tuple[System, dict]:
-        """Seed `index`'s own system, holding its trained weights, and its training result as the
+        """Run `index`'s own system, holding its trained weights, and its training result as the
         trainer would return it alone (stages, samples_seen, steps, train_seconds, per_stage)."""
         raise NotImplementedError

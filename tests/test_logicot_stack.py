@@ -60,4 +60,4 @@ def test_seed_adam_steps_only_the_active_seeds_as_adam_would():
 
 def test_stacking_refuses_what_it_does_not_support():
     with pytest.raises(ValueError, match="Adam"):
-        StackedLogICoT(configs.load("logicot", ["model.quantize=true"], "smoke"), [0, 1])
+        StackedLogICoT([configs.load("logicot", ["model.quantize=true", f"seed={s}"], "smoke") for s in (0, 1)])

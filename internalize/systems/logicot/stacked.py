@@ -8,7 +8,7 @@ batches drawn, no more steps) while the others go on; the stage ends for all onc
 stopped or the cap is reached, exactly where each would have ended alone. The one trainer
 (internalize/train.py) runs this system like any other.
 
-`internalize sweep NAME --stack-seeds` trains each point's seeds this way and writes every seed's
+`internalize sweep NAME --stack` trains each point's seeds this way and writes every seed's
 run directory as its own run would (runner.execute_stacked); `runner.stacked_summaries(configs)`
 returns the summaries in memory. They equal those of `internalize run` one seed at a time, timings aside
 (tests/test_logicot_stack.py): bitwise on one thread; with several, a batched product may round
@@ -63,7 +63,8 @@ class StackedLogICoT(Stacked):
     headline = "zero_filled_accuracy"
     stage_metrics: dict = {}
 
-    def __init__(self, config: Config, seeds: list[int]):
+    def __init__(self, configs: list[Config]):
+        config, seeds = configs[0], [c.seed for c in configs]
         if config.train.optimizer != "adam" or config.theory.enabled or config.model.quantize:
             raise ValueError("stacked seeds train Log-ICoT with Adam (train.optimizer=adam, no theory mode or "
                              "quantisation)")

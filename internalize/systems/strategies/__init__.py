@@ -18,6 +18,7 @@ registry.register("strategies_base", registry.SystemEntry(
     sections=dict(task=StrategiesTaskConfig, model=BaseModelConfig, train=BaseTrainConfig)))
 registry.register("strategies_factorize", registry.SystemEntry(
     "internalize.systems.strategies.factorize:FactorizeSystem",
+    stacked="internalize.systems.strategies.stacked:StackedFactorize",
     sections=dict(task=StrategiesTaskConfig, model=LatentModelConfig, train=StrategiesTrainConfig,
                   eval=FactorizeEvalConfig, objective=ObjectiveConfig, data=DataConfig)))
 registry.register_dataset("strategies", "internalize.systems.strategies.benchmark.dataset:write_command")

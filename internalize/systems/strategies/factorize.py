@@ -81,6 +81,8 @@ class FactorizeSystem(Measures, System):
         self.snapshot_steps = sorted({round(i * total / max(1, config.eval.snapshots))
                                       for i in range(config.eval.snapshots)}) if config.eval.snapshots else []
         self.shares = {n: self.bench.split_shares(n) for n in self.bench.names}
+        self.val_data = None  # the validation batch (tokens, response, seed), drawn at the first stage()
+        self.memo: dict | None = None  # the frozen base's surprisal by (tokens, response) content, when shared
 
     # -- batches ---------------------------------------------------------------------------------
     def slots(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -172,7 +174,7 @@ class FactorizeSystem(Measures, System):
             logits, r = self.net.generate_pass(t[:, :-1], draw(q, generator), slot, z_at)
             nll = F.cross_entropy(logits.transpose(1, 2), t[:, 1:], reduction="none") * where  # (b, width-1)
             # the frozen base's pass only where the objective weighs tokens by its surprisal
-            surprisal = self.surprisal(t, where) if weighs_by_surprisal else torch.zeros_like(nll)
+            surprisal = self.shared_surprisal(t, where) if weighs_by_surprisal else torch.zeros_like(nll)
             rec = response_term(o.name, nll, surprisal, where, o.alpha, o.gamma, self.c or 1.0)
             return torch.stack([rec, gaussian_kl(q, r), nll.sum(1) / where.sum(1)], dim=1)  # (b, 3)
 
@@ -183,6 +185,16 @@ class FactorizeSystem(Measures, System):
         """(B, L-1) the frozen base's -log p of each next token, 0 off the response (`where`)."""
         logits = self.net.reference_logits(tokens[:, :-1])
         return F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none") * where
+
+    def shared_surprisal(self, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+        """surprisal(tokens, where), looked up in `memo` where runs stacked over one base share it
+        (internalize.systems.strategies.stacked): computed once for every run that reads these rows."""
+        if self.memo is None:
+            return self.surprisal(tokens, where)
+        key = (tuple(tokens.shape), tokens.cpu().numpy().tobytes(), where.cpu().numpy().tobytes())
+        if key not in self.memo:
+            self.memo[key] = self.surprisal(tokens, where)
+        return self.memo[key]
 
     def loss_of(self, batch):
         o = self.config.objective
@@ -202,12 +214,19 @@ class FactorizeSystem(Measures, System):
             return response_term(o.name, surprisal, surprisal, response[:, 1:], o.alpha, o.gamma, 1.0).mean()
         return float(in_parts(term, batch, by_rows, self.config.train.micro_batch))
 
+    def validation(self) -> tuple:
+        """The validation batch (tokens, response, seed): the benchmark's, or the frozen base's samples
+        on the same inputs (drawn again at every start, from the validation seed)."""
+        if self.val_data is None:
+            tokens, response = (t.to(self.device) for t in self.bench.val)
+            if self.config.data.response_source != "benchmark":
+                tokens, response = self.base_responses(self.bench.val_frame,
+                                                       torch.Generator().manual_seed(self.config.seed + VAL_SEED))
+            self.val_data = (tokens, response, self.config.seed + VAL_SEED)
+        return self.val_data
+
     def stage(self, index: int) -> Stage:
-        tokens, response = (t.to(self.device) for t in self.bench.val)
-        if self.config.data.response_source != "benchmark":
-            tokens, response = self.base_responses(self.bench.val_frame,
-                                                   torch.Generator().manual_seed(self.config.seed + VAL_SEED))
-        val = (tokens, response, self.config.seed + VAL_SEED)
+        val = self.validation()
         if self.c is None:
             self.c = self.estimate_c(val)
 

@@ -1,0 +1,78 @@
+"""Factorisation runs over one base, stacked (their objectives differ), train exactly as each alone."""
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from internalize import config as configs
+from internalize.config import ConfigError
+from internalize.runner import execute, execute_stacked, train_stacked
+from internalize.runs import TIMINGS, read_metrics
+from internalize.systems.strategies.stacked import clipped
+from tests.conftest import without_timings
+
+pytest.importorskip("peft")
+
+
+def untimed(value):
+    """Nested dicts and lists without their wall-clock figures."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items() if k not in TIMINGS}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value
+
+
+@pytest.mark.slow
+def test_stacked_objectives_write_each_runs_own_metrics_summary_and_generations(tmp_path):
+    # responses sampled from the base (shared by the stack), micro-batches, two objectives that both
+    # read the base's surprisal (computed once for both) with different weights and c
+    overrides = ["data.response_source=base", "train.micro_batch=4", "objective.beta=0.1"]
+    objectives = ["model_directed", "token_inverse"]
+    group = [configs.load("strategies_factorize", [*overrides, f"objective.name={o}"], "smoke") for o in objectives]
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)  # bitwise: the runs' own products, in the same order as alone
+        execute_stacked(group, [tmp_path / "stack" / o for o in objectives])
+        for config, o in zip(group, objectives):
+            execute(config, tmp_path / "alone" / o, show=False)
+    for o in objectives:
+        stacked, alone = tmp_path / "stack" / o, tmp_path / "alone" / o
+        # every logged step: the losses, their parts, each run's own gradient norm (clipped alone)
+        assert untimed(read_metrics(stacked)) == untimed(read_metrics(alone))
+        assert "train_grad_norm" in read_metrics(stacked)[1]
+        mine, theirs = (without_timings(json.loads((p / "summary.json").read_text())) for p in (stacked, alone))
+        assert untimed(mine) == untimed(theirs)
+        pd.testing.assert_frame_equal(pd.read_parquet(stacked / "generations.parquet"),
+                                      pd.read_parquet(alone / "generations.parquet"))
+    # the objectives trained apart: the comparison is between real, different runs
+    first, second = (json.loads((tmp_path / "stack" / o / "summary.json").read_text()) for o in objectives[:2])
+    assert first["c"] != second["c"] and first["kl"] != second["kl"]
+
+
+def test_runs_that_differ_beyond_their_objective_do_not_stack():
+    group = [configs.load("strategies_factorize", o, "smoke") for o in (["seed=0"], ["seed=1"])]
+    with pytest.raises(ConfigError, match="objective alone"):
+        train_stacked(group)
+
+
+def test_each_runs_gradient_is_clipped_to_its_own_norm():
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5)) for _ in range(4)]
+    alone = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    grads = [torch.randn(5) * scale for scale in (0.1, 10.0, 0.2, 30.0)]
+    # SGD: its step is proportional to the gradient, so a clip of the wrong norm shows (Adam's first step would not)
+    together = clipped(torch.optim.SGD)(params, [params[:2], params[2:]], 1.0, lr=0.1)
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    together.step()
+    for pair in (alone[:2], alone[2:]):
+        for p, g in zip(pair, grads[:2] if pair[0] is alone[0] else grads[2:]):
+            p.grad = g.clone()
+        torch.nn.utils.clip_grad_norm_(pair, 1.0)
+        torch.optim.SGD(pair, lr=0.1).step()
+    for p, q in zip(params, alone):
+        assert torch.equal(p.detach(), q.detach())
+    # the norms are each run's own, before clipping: one global clip would have scaled both by the larger
+    assert together.norms[0] == pytest.approx(float(torch.cat(grads[:2]).norm()))
+    assert together.norms[1] == pytest.approx(float(torch.cat(grads[2:]).norm()))
