@@ -84,8 +84,9 @@ def sweep(
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads per run (default: cores / workers)"),
     out: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: its out, or runs/sweeps/NAME)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
-    stack_seeds: bool = typer.Option(False, "--stack-seeds",
-                                     help="train each point's seeds at once, as one job (Log-ICoT); same results"),
+    stack: bool = typer.Option(False, "--stack", "--stack-seeds",
+                               help="train the runs that can share one model at once, as one job (Log-ICoT: a "
+                                    "point's seeds; the factorisation: a seed's objectives); same results"),
     done_from: Optional[Path] = typer.Option(None, "--done-from",
                                              help="a kept results table of this sweep: its finished runs count as done"),
     seeds: Optional[str] = typer.Option(None, "--seeds",
@@ -105,7 +106,7 @@ def sweep(
         fail(f"--seeds {seeds!r}: give seeds as integers, comma-separated (e.g. 0,1)")
     try:
         result = run_sweep(file, executor, address, workers, out, show=not quiet, threads=threads,
-                           stack_seeds=stack_seeds, done_from=done_from, seeds=chosen)
+                           stack=stack, done_from=done_from, seeds=chosen)
         path = write_report(result["root"], result["table"])
     except ConfigError as err:
         fail(str(err))

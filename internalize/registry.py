@@ -25,7 +25,7 @@ class SystemEntry:
     # `name` field names its part: task.name, model.name); train, eval or log given here replace the
     # shared section by a subclass with the system's own keys
     sections: dict[str, type] = field(default_factory=dict)
-    stacked: str = ""  # "module:Class" that trains several seeds at once (internalize.system.Stacked), if any
+    stacked: str = ""  # "module:Class" that trains several runs at once (internalize.system.Stacked), if any
     # called on every validated config of this system: refuses a combination of keys that conflict, and
     # fills in what a mode derives from the others (ValueError: one error line)
     check: Callable[[Any], None] | None = None
@@ -89,10 +89,10 @@ def system_class(name: str):
 
 
 def stacked_class(name: str):
-    """The class that trains several seeds of system `name` at once; ValueError if it has none."""
+    """The class that trains several runs of system `name` at once; ValueError if it has none."""
     if not get(name).stacked:
         able = [n for n in names() if SYSTEMS[n].stacked]
-        raise ValueError(f"system {name!r} cannot train seeds stacked; systems that can: {', '.join(able)}")
+        raise ValueError(f"system {name!r} cannot train runs stacked; systems that can: {', '.join(able)}")
     return load(SYSTEMS[name].stacked)
 
 

@@ -128,7 +128,8 @@ def evaluate_run(path: Path, overrides: list[str] = ()) -> dict:
 
 
 class Split:
-    """The recorder of a stacked training: each record goes, split by seed, to each seed's run."""
+    """The recorder of a stacked training: each record goes, split by run, to each run's own; a
+    checkpoint of a resumable stack is written as each run's own checkpoint."""
 
     def __init__(self, system, runs: list):
         self.system, self.runs = system, runs
@@ -138,7 +139,9 @@ class Split:
             self.runs[i].log(own)
 
     def checkpoint(self, state: dict, tensors: dict) -> None:
-        pass  # a stack is not resumed: an interrupted one starts over
+        if self.system.resumable:  # otherwise an interrupted stack starts over
+            for i, (own_state, own_tensors) in self.system.split_checkpoint(state, tensors).items():
+                self.runs[i].checkpoint(own_state, own_tensors)
 
 
 def stack_key(config: Config, varies: tuple[str, ...]) -> str:
@@ -147,10 +150,11 @@ def stack_key(config: Config, varies: tuple[str, ...]) -> str:
     return json.dumps({k: v for k, v in dump.items() if k not in varies}, sort_keys=True)
 
 
-def train_stacked(group: list[Config], recorder=None) -> tuple:
+def train_stacked(group: list[Config], recorder=None, resume=None) -> tuple:
     """Train runs at once that differ only in what the system's stacked class lets them differ in
     (its `varies`: Log-ICoT's seeds, the factorisation's objectives): the stacked system, and each
-    run's own (system, training result) as if it had trained alone."""
+    run's own (system, training result) as if it had trained alone. recorder(system, resumed) makes
+    the recorder; resume(system), if given, returns the stack's checkpoint to continue from, or None."""
     from internalize.registry import stacked_class
     from internalize.train import Discard, train
 
@@ -166,9 +170,11 @@ def train_stacked(group: list[Config], recorder=None) -> tuple:
         system = cls(group)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    recorder = Discard() if recorder is None else recorder(system)
-    train(system, first.train.model_copy(update={"checkpoint_every": 0}), torch.Generator().manual_seed(first.seed),
-          recorder, show_progress=False)
+    checkpoint = resume(system) if resume is not None else None
+    recorder = Discard() if recorder is None else recorder(system, checkpoint is not None)
+    every = first.train.checkpoint_every if cls.resumable else 0
+    train(system, first.train.model_copy(update={"checkpoint_every": every}),
+          torch.Generator().manual_seed(first.seed), recorder, show_progress=False, resume=checkpoint)
     return system, [system.seed(i) for i in range(len(group))]
 
 
@@ -180,20 +186,42 @@ def stacked_summaries(group: list[Config]) -> list[dict]:
 
 def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
     """Train runs that can stack (train_stacked) at once and write each into its path as `execute`
-    would: config, metrics, figures, summary, and a checkpoint of its final weights. Directories in
-    `paths` are started over."""
+    would: config, metrics, figures, summary, and a checkpoint of its final weights. A resumable
+    stack whose runs all hold its checkpoints (an interrupted stack of the same runs) continues from
+    them; otherwise the directories in `paths` are started over."""
     import shutil
 
-    from internalize.runs import Run, fixed_digest, model_tensors
+    from internalize.runs import Run, check_same, fixed_digest, load_checkpoint, model_tensors
     from internalize.train import TrainState
 
     started = time.perf_counter()
-    runs = []
+    paths = [Path(p) for p in paths]
+    found = []
     for config, path in zip(group, paths):
-        shutil.rmtree(path, ignore_errors=True)
-        runs.append(Run.create(Path(path), config))
-    setup_seconds = (time.perf_counter() - started) / len(runs)
-    system, seeds = train_stacked(group, lambda system: Split(system, runs))
+        check_same(path, config)
+        found.append(load_checkpoint(path) if (path / "checkpoints").exists() else None)
+
+    def resume(system):
+        if not system.resumable or any(c is None for c in found):
+            return None
+        try:
+            return system.join_checkpoints([(c[0]["train"], c[1]) for c in found])
+        except ValueError:  # killed between two runs' checkpoints, say: start over
+            return None
+
+    runs, setup = [], []
+
+    def recorder(system, resumed: bool):
+        setup.append((time.perf_counter() - started) / len(group))  # building the stack, each run's share
+        for config, path, checkpoint in zip(group, paths, found):
+            if resumed:
+                runs.append(Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"]))
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+                runs.append(Run.create(path, config))
+        return Split(system, runs)
+
+    system, seeds = train_stacked(group, recorder, resume)
     summaries = []
     for i, (config, run, (solo, result)) in enumerate(zip(group, runs, seeds)):
         state = TrainState(stage=result["stages"], step=result["steps"], samples=result["samples_seen"],
@@ -202,5 +230,5 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
         state.fixed = fixed_digest(solo.model, fixed) if fixed else ""
         tensors = {f"model.{k}": v for k, v in model_tensors(solo.model)[0].items() if k not in fixed}
         run.checkpoint(asdict(state), {**tensors, "rng.train": system.generators[i].get_state()})
-        summaries.append(finish(config, solo, run, result, started, setup_seconds))
+        summaries.append(finish(config, solo, run, result, started, setup[0]))
     return summaries

@@ -138,3 +138,16 @@ class Stacked(System):
         """Run `index`'s own system, holding its trained weights, and its training result as the
         trainer would return it alone (stages, samples_seen, steps, train_seconds, per_stage)."""
         raise NotImplementedError
+
+    # a stack that can be continued after a kill: the trainer's checkpoints of the stack are written as
+    # each run's own checkpoint (a run continues from it stacked again, or alone), and read back
+    resumable: bool = False
+
+    def split_checkpoint(self, state: dict, tensors: dict) -> dict[int, tuple[dict, dict]]:
+        """The trainer's checkpoint of the stack (its TrainState as a dict, its tensors) -> each run's
+        own, as the run's trainer would have written it alone."""
+        raise NotImplementedError
+
+    def join_checkpoints(self, checkpoints: list[tuple[dict, dict]]) -> tuple[dict, dict]:
+        """Each run's own checkpoint (split_checkpoint's, from its run directory) -> the stack's."""
+        raise NotImplementedError

@@ -1,5 +1,7 @@
-"""Factorisation runs over one base, stacked (their objectives differ), train exactly as each alone."""
+"""Factorisation runs over one base, stacked (their objectives differ), train exactly as each alone,
+and continue after a kill, stacked or alone."""
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -8,7 +10,7 @@ import torch
 from internalize import config as configs
 from internalize.config import ConfigError
 from internalize.runner import execute, execute_stacked, train_stacked
-from internalize.runs import TIMINGS, read_metrics
+from internalize.runs import TIMINGS, Run, read_metrics
 from internalize.systems.strategies.stacked import clipped
 from tests.conftest import without_timings
 
@@ -25,7 +27,7 @@ def untimed(value):
 
 
 @pytest.mark.slow
-def test_stacked_objectives_write_each_runs_own_metrics_summary_and_generations(tmp_path):
+def test_stacked_objectives_write_each_runs_own_metrics_summary_generations_and_checkpoints(tmp_path, monkeypatch):
     # responses sampled from the base (shared by the stack), micro-batches, two objectives that both
     # read the base's surprisal (computed once for both) with different weights and c
     overrides = ["data.response_source=base", "train.micro_batch=4", "objective.beta=0.1"]
@@ -48,6 +50,41 @@ def test_stacked_objectives_write_each_runs_own_metrics_summary_and_generations(
     # the objectives trained apart: the comparison is between real, different runs
     first, second = (json.loads((tmp_path / "stack" / o / "summary.json").read_text()) for o in objectives[:2])
     assert first["c"] != second["c"] and first["kl"] != second["kl"]
+
+    # killed after its first checkpoint (written as each run's own), the stack continues from it; and a
+    # run of it continues alone from the same checkpoint: both end as the uninterrupted runs
+    paths = [tmp_path / "killed" / o for o in objectives]
+    written, save = [], Run.checkpoint
+
+    def die_after_the_first_checkpoint(self, state, tensors):
+        if len(written) == len(objectives):
+            raise Killed
+        save(self, state, tensors)
+        written.append(state["stage_step"])
+
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        with monkeypatch.context() as patch:
+            patch.setattr(Run, "checkpoint", die_after_the_first_checkpoint)
+            with pytest.raises(Killed):
+                execute_stacked(group, paths)
+        assert written == [4, 4] and not (paths[0] / "summary.json").exists()
+        shutil.copytree(paths[1], tmp_path / "alone_from_stack")
+        logged, log = [], Run.log
+        with monkeypatch.context() as patch:
+            patch.setattr(Run, "log", lambda self, record: (logged.append(record.get("step")), log(self, record)))
+            execute_stacked(group, paths)
+            execute(group[1], tmp_path / "alone_from_stack", show=False, resume=True)
+    # continued, not started over: nothing before the checkpoint's step was logged again
+    assert min(step for step in logged if step is not None) > 4
+    for path, o in [*zip(paths, objectives), (tmp_path / "alone_from_stack", objectives[1])]:
+        assert untimed(read_metrics(path)) == untimed(read_metrics(tmp_path / "alone" / o))
+        mine, theirs = (without_timings(json.loads((p / "summary.json").read_text())) for p in (path, tmp_path / "alone" / o))
+        assert untimed(mine) == untimed(theirs)
+
+
+class Killed(Exception):
+    pass
 
 
 def test_runs_that_differ_beyond_their_objective_do_not_stack():
@@ -76,3 +113,22 @@ def test_each_runs_gradient_is_clipped_to_its_own_norm():
     # the norms are each run's own, before clipping: one global clip would have scaled both by the larger
     assert together.norms[0] == pytest.approx(float(torch.cat(grads[:2]).norm()))
     assert together.norms[1] == pytest.approx(float(torch.cat(grads[2:]).norm()))
+
+
+def test_a_sweep_stacks_each_seeds_objectives_over_one_response_source():
+    from internalize.runner import stack_key
+    from internalize.sweep.execute import stacks
+    from internalize.sweep.spec import expand, locate, read_spec
+    from internalize.systems.strategies.stacked import StackedFactorize
+
+    spec = read_spec(locate("strategies_base_samples_calibration"))  # 6 objectives x 2 sources x 3 seeds
+    jobs = [dict(id=t["id"], overrides=t["overrides"], path=t["id"], experiment=spec.experiment, scale=spec.scale,
+                 threads=1, config=configs.load(spec.experiment, t["overrides"], spec.scale)) for t in expand(spec)]
+    groups = stacks(jobs, lambda job: stack_key(job["config"], StackedFactorize.varies))
+    assert len(groups) == 6
+    by_id = {job["id"]: job["config"] for job in jobs}
+    for group in groups:
+        members = [by_id[i] for i in group["ids"]]
+        assert len({(c.seed, c.data.response_source) for c in members}) == 1
+        assert sorted(c.objective.name for c in members) == sorted(
+            ["model_directed", "elbo", "beta_elbo", "token_weighting", "global_scale", "token_inverse"])

@@ -548,10 +548,10 @@ def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
     assert system.summary()["child_attention_mass"] == summary["child_attention_mass"]
 
 
-def test_stacking_seeds_of_a_system_without_a_stacked_class_is_one_error_line(cli, tmp_path):
+def test_stacking_runs_of_a_system_without_a_stacked_class_is_one_error_line(cli, tmp_path):
     file = write(tmp_path, "experiment: automata_direction\nscale: smoke\nseeds: [0, 1]\n")
-    result = cli("sweep", file, "--out", tmp_path / "out", "--stack-seeds", "--quiet")
-    assert result.exit_code == 2 and "cannot train seeds stacked" in result.output
+    result = cli("sweep", file, "--out", tmp_path / "out", "--stack", "--quiet")
+    assert result.exit_code == 2 and "cannot train runs stacked" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 

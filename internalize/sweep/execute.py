@@ -14,7 +14,7 @@ import yaml
 
 from internalize import config as configs
 from internalize.config import ConfigError
-from internalize.sweep.spec import SweepSpec, expand, locate, point_of, read_spec
+from internalize.sweep.spec import SweepSpec, expand, locate, read_spec
 from internalize.sweep.table import collect, import_rows, imported
 
 
@@ -49,7 +49,7 @@ def failed(run: str, path: Path, err: Exception, started: float) -> dict:
 
 
 def run_stack(job: dict) -> list[dict]:
-    """Train one point's seeds at once (runner.execute_stacked); one outcome per run; never raises."""
+    """Train one stack's runs at once (runner.execute_stacked); one outcome per run; never raises."""
     import torch
 
     from internalize.runner import execute_stacked
@@ -67,18 +67,19 @@ def run_stack(job: dict) -> list[dict]:
         return [failed(run, path, err, started) for run, path in zip(job["ids"], paths)]
 
 
-def stacks(jobs: list[dict]) -> list[dict]:
-    """The jobs of a sweep grouped by point: one job trains every unfinished seed of its point."""
+def stacks(jobs: list[dict], key) -> list[dict]:
+    """The jobs of a sweep grouped into stacks: one job trains every unfinished run that shares its
+    key(job) (runner.stack_key: the config without the fields the stacked class lets runs differ in)."""
     groups: dict[str, list[dict]] = {}
     for job in jobs:
-        groups.setdefault(point_of(job["id"]), []).append(job)
+        groups.setdefault(key(job), []).append(job)
     return [dict(stack=True, ids=[j["id"] for j in group], paths=[j["path"] for j in group],
                  overrides=[j["overrides"] for j in group], experiment=group[0]["experiment"],
                  scale=group[0]["scale"], threads=group[0]["threads"]) for group in groups.values()]
 
 
 def run_job(job: dict) -> list[dict]:
-    """A worker's job: one run, or one point's seeds stacked."""
+    """A worker's job: one run, or one stack of runs."""
     return run_stack(job) if job.get("stack") else [run_one(job)]
 
 
@@ -134,13 +135,14 @@ def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
 
 def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None, workers: Optional[int] = None,
               out: Optional[Path] = None, show: bool = True, threads: Optional[int] = None,
-              stack_seeds: bool = False, done_from: Optional[Path] = None,
+              stack: bool = False, done_from: Optional[Path] = None,
               seeds: Optional[list[int]] = None) -> dict:
     """Run every unfinished run of a sweep; write the results table; return counts. With `seeds`,
     only those of the sweep's seeds run (the others stay pending in the table: a first look at every
     point, or a long sweep done a seed at a time). With
-    `stack_seeds`, each point's unfinished seeds train at once, as one job (systems whose registry
-    entry has a stacked class; the others refuse). With `done_from`, a results table's finished rows
+    `stack`, the unfinished runs that can share one model train at once, as one job (systems whose
+    registry entry has a stacked class, which says what its runs may differ in: Log-ICoT's seeds of
+    a point, the factorisation's objectives over one seed; the others refuse). With `done_from`, a results table's finished rows
     count as done (see the module's docstring)."""
     from rich.progress import (
         BarColumn,
@@ -193,20 +195,24 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     # seed by seed: every case's first seed starts before any second seed, so a sweep stopped early
     # (or still running) already holds one run of every point
     todo.sort(key=lambda t: spec.seeds.index(t["seed"]))
-    if stack_seeds:
+    key = None
+    if stack:
         from internalize.registry import stacked_class
+        from internalize.runner import stack_key
 
         try:
-            stacked_class(configs.load(spec.experiment, [], spec.scale).system)
+            varies = stacked_class(configs.load(spec.experiment, [], spec.scale).system).varies
         except ValueError as err:
-            raise ConfigError(f"--stack-seeds: {err}") from None
+            raise ConfigError(f"--stack: {err}") from None
+        keys = {t["id"]: stack_key(configs.load(spec.experiment, t["overrides"], spec.scale), varies) for t in todo}
+        key = lambda job: keys[job["id"]]  # noqa: E731
     cores = os.cpu_count() or 1
-    points = len({point_of(t["id"]) for t in todo}) if stack_seeds else len(todo)
-    workers = max(1, min(workers or cores, points or 1))
+    parallel = len(set(keys.values())) if stack else len(todo)
+    workers = max(1, min(workers or cores, parallel or 1))
     jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
                  path=str(runs / t["id"]), threads=threads or max(1, cores // workers)) for t in todo]
-    if stack_seeds:
-        jobs = stacks(jobs)
+    if stack:
+        jobs = stacks(jobs, key)
     outcomes = {}
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                   TimeElapsedColumn(), disable=not show, transient=True) as bar:

@@ -128,11 +128,6 @@ def run_id(point: dict[str, Any], seed: int) -> str:
     return "__".join([*(f"{k}={label(v)}" for k, v in point.items() if v is not None), f"seed={seed}"])
 
 
-def point_of(run: str) -> str:
-    """A run id without its seed: the id of its grid point (the runs `--stack-seeds` trains at once)."""
-    return run.rsplit("__seed=", 1)[0]
-
-
 def point_keys(spec: SweepSpec) -> list[str]:
     """The keys that tell the sweep's runs apart (besides the seed): every case key, then the grid's."""
     keys = [k for case in spec.cases for k in case]

@@ -25,7 +25,7 @@ from torch import nn
 
 from internalize.config import Config
 from internalize.registry import build
-from internalize.runs import frozen_names
+from internalize.runs import fixed_digest, frozen_names
 from internalize.system import Stacked, Stage, System
 from internalize.systems.strategies.data import by_rows
 from internalize.systems.strategies.factorize import FactorizeSystem
@@ -162,15 +162,52 @@ class StackedFactorize(Stacked):
                                       per_stage=per_stage)
 
     def state(self) -> dict:
-        return {"runs": [r.state() for r in self.runs], "seconds": self.seconds}
+        return {"runs": [r.state() for r in self.runs], "seconds": self.seconds, "records": self.records}
 
     def load_state(self, state: dict) -> None:
         for run, own in zip(self.runs, state["runs"]):
             run.load_state(own)
+            run.draws = self.runs[0].draws  # shared again (each run's checkpoint holds the same counts)
         self.seconds = state.get("seconds", 0.0)
+        self.records = state.get("records", self.records)
 
     def fixed(self) -> set[str]:
         return frozen_names(self.model)
+
+    resumable = True
+
+    def split_checkpoint(self, state: dict, tensors: dict) -> dict[int, tuple[dict, dict]]:
+        n, out = len(self.runs), {}
+        for i, run in enumerate(self.runs):
+            prefix = (f"model.{i}.", f"optim.{i}.")
+            own = {k.replace(f".{i}.", ".", 1): v for k, v in tensors.items() if k.startswith(prefix)}
+            own["rng.train"] = tensors["rng.train"]
+            out[i] = (dict(state, seconds=state["seconds"] / n, val=self.last_val[i], per_stage=self.records[i],
+                           system=state["system"]["runs"][i], fixed=self.digests()[i]), own)
+        return out
+
+    def join_checkpoints(self, checkpoints: list[tuple[dict, dict]]) -> tuple[dict, dict]:
+        states = [state for state, _ in checkpoints]
+        counters = ("stage", "stage_step", "step", "samples")
+        if any({k: s[k] for k in counters} != {k: states[0][k] for k in counters} for s in states):
+            raise ValueError("the runs' checkpoints are at different steps: they were not written by one stack")
+        if [s["fixed"] for s in states] != self.digests():
+            raise ValueError("the frozen base the runs were trained over has changed since")
+        tensors = {"rng.train": checkpoints[0][1]["rng.train"]}
+        for i, (_, own) in enumerate(checkpoints):
+            tensors.update({k.replace(".", f".{i}.", 1): v for k, v in own.items() if k != "rng.train"})
+        self.last_val = [s["val"] for s in states]
+        state = dict(states[0], seconds=sum(s["seconds"] for s in states), val=sum(s["val"] for s in states),
+                     per_stage=[], fixed=fixed_digest(self.model, self.fixed()),
+                     system={"runs": [s["system"] for s in states], "seconds": sum(s["seconds"] for s in states),
+                             "records": [s["per_stage"] for s in states]})
+        return state, tensors
+
+    def digests(self) -> list[str]:
+        """Each run's SHA-256 of its frozen base (as its own checkpoint keeps it), computed once."""
+        if not hasattr(self, "_digests"):
+            self._digests = [fixed_digest(r.model, r.fixed()) for r in self.runs]
+        return self._digests
 
 
 __all__ = ["StackedFactorize", "clipped"]
