@@ -1,7 +1,7 @@
 """Can factorisation runs over one frozen base train faster as one batched model? Three ways to
 train N LoRA copies of the same GPT, each on its own batch, measured side by side on one thread
-(the ways: internalize/bench/stacking.py; `internalize bench --only factorize_stacked` measures
-them at the calibration scale's sizes):
+(the ways: internalize/bench/stacking.py; what `internalize sweep --stack` does instead, and the
+bench line `factorize_stacked` measures, is internalize/systems/strategies/stacked.py):
 
     python benchmarks/factorize_stacking.py [--runs 6] [--batch 64] [--length 64] [--width 128] [--profile]
                                             [--math-attention]

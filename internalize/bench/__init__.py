@@ -24,14 +24,13 @@ def _registry() -> dict[str, Measure]:
         precision,
         process,
         seeds,
-        stacking,
     )
 
     return {"training": gpt.training, "utilisation": gpt.utilisation, "sampling": decode.sampling,
             "answering": decode.answering, "precision": precision.precision, "seeds": seeds.stacked_seeds,
             "length_chunks": chunks.length_chunks, "startup": process.startup,
             "sweep": process.sweep_workers, "factorize_utilisation": factorize.utilisation,
-            "factorize_stacked": stacking.stacked}
+            "factorize_stacked": factorize.stacked}
 
 
 def names() -> list[str]:

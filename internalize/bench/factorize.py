@@ -1,7 +1,10 @@
 """The factorisation's training step against this machine's matrix-multiply peak: how much of the
 CPU a step of strategies_factorize uses (its FLOPs counted by torch's FlopCounterMode as executed:
-the posterior's and the generator's passes and their backward, the frozen base's reference pass)."""
+the posterior's and the generator's passes and their backward, the frozen base's reference pass), and
+the six objectives' runs trained as one stack against one after another."""
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -56,3 +59,59 @@ def utilisation(quick: bool) -> list[Line]:
                  f"{config.train.batch_size}) over the fp32 matmul peak, one thread", ratio=flops / a / peak,
                  goal=0.6, ours=flops / a, theirs=peak, unit="FLOP/s",
                  note=f"{flops / 1e9:.1f} GFLOP in {a:.3f} s a step")]
+
+
+def training_steps(systems: list, batch_size: int) -> Callable[[], None]:
+    """One training step of each system in turn, as the trainer takes it (a batch drawn, with the base's
+    responses where the response source says; the loss, its backward and the optimizer's step), on
+    the same batch at every call."""
+    from internalize.train import make_optimizer, split_loss
+
+    steps = []
+    for system in systems:
+        stage = system.stage(0)
+        optimizer = make_optimizer(system, stage.params, system.config.train)
+        steps.append((stage, optimizer))
+
+    def run():
+        for stage, optimizer in steps:
+            optimizer.zero_grad(set_to_none=True)
+            loss, _ = split_loss(stage.loss(stage.sample(batch_size, torch.Generator().manual_seed(0))))
+            loss.backward()
+            optimizer.step()
+    return run
+
+
+def stacked(quick: bool) -> list[Line]:
+    """The six objectives' runs over one base, one seed: stacked (internalize sweep --stack) against one
+    after another, a training step each, on base-sampled responses and on the benchmark's."""
+    if not installed("peft"):
+        return [Line("factorize_stacked", "six objectives' runs stacked", goal=3.0, skipped="needs peft")]
+    from internalize import config as configs
+    from internalize.registry import build
+    from internalize.systems.strategies.objectives import LATENT_OBJECTIVES
+    from internalize.systems.strategies.stacked import StackedFactorize
+
+    scale = "smoke" if quick else "calibration"
+    seconds = {}
+    with threads(1), torch.random.fork_rng():
+        for source in ("base", "benchmark"):
+            group = [configs.load("strategies_factorize", ["model.base_steps=1", f"task.per_task={40 if quick else 600}",
+                                                           f"objective.name={o}", f"data.response_source={source}"],
+                                  scale) for o in LATENT_OBJECTIVES]
+            torch.manual_seed(0)
+            together = training_steps([StackedFactorize(group)], group[0].train.batch_size)
+            alone = []
+            for config in group:
+                torch.manual_seed(0)
+                alone.append(build(config))
+            seconds[source] = side_by_side(training_steps(alone, group[0].train.batch_size), together,
+                                           repeats=1, rounds=2 if quick else 3)
+    (alone, together), (bench_alone, bench_together) = seconds["base"], seconds["benchmark"]
+    config = group[0]
+    return [Line("factorize_stacked", f"the six objectives' runs over one base and seed ({scale} scale: width "
+                 f"{config.model.width}, depth {config.model.depth}, batch {config.train.batch_size}), "
+                 "responses sampled from the base: a training step of each, stacked against one after another, "
+                 "one thread", ratio=alone / together, goal=3.0, ours=together, theirs=alone, unit="s",
+                 note=f"on the benchmark's responses {bench_alone / bench_together:.2f}x",
+                 extra={"benchmark_ratio": bench_alone / bench_together})]

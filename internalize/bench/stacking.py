@@ -8,8 +8,9 @@ a forward pass of the LoRA-adapted GPT and the cross-entropy of every next token
 - mixed batch: one peft model holding N adapters, the N batches as one, each row through its own
   adapter (peft's adapter_names), the base's matrix multiplies done once for every row.
 
-`benchmarks/factorize_stacking.py` measures them at any size (and profiles them); the bench line
-`factorize_stacked` at the calibration scale's sizes, each way's gradients checked against the first's.
+`benchmarks/factorize_stacking.py` measures them at any size (and profiles them), each way's gradients
+checked against the first's. (What `internalize sweep --stack` does instead, one after another in one
+process with the base's work shared, is the bench line `factorize_stacked`: internalize/bench/factorize.py.)
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from internalize.bench.timing import Line, installed, side_by_side, threads
 
 TARGETS = ["qkv", "proj", "fc_in", "fc_out"]
 
@@ -122,22 +122,3 @@ def worst_gradient_gap(steps: dict) -> dict:
     reference = steps[first]()
     return {label: max(float((a - b).abs().max()) for ra, rb in zip(reference, steps[label]()) for a, b in zip(ra, rb))
             for label in others}
-
-
-def stacked(quick: bool) -> list[Line]:
-    if not installed("peft"):
-        return [Line("factorize_stacked", "stacked LoRA runs", goal=3.0, skipped="needs peft")]
-    runs, batch, length, width = (6, 16, 32, 64) if quick else (6, 64, 40, 96)
-    with threads(1):
-        steps = ways(runs, batch, length, width)
-        gaps = worst_gradient_gap(steps)
-        alone, together = side_by_side(steps["one after another"], steps["vmap"], repeats=1 if quick else 2,
-                                       rounds=2 if quick else 3)
-        _, mixed = side_by_side(steps["one after another"], steps["mixed batch"], repeats=1, rounds=1, warmup=1)
-    return [Line("factorize_stacked", f"{runs} LoRA copies of one GPT (width {width}, depth 4, batch {batch} x "
-                 f"{length}; the factorisation's generator pass, forward and backward) trained at once, vmap over "
-                 "their stacked adapter state, against one after another, one thread",
-                 ratio=alone / together, goal=3.0, ours=together, theirs=alone, unit="s",
-                 note=f"peft's mixed-adapter batch {alone / mixed:.2f}x; gradients within "
-                      f"{max(gaps.values()):.0e} of one after another",
-                 extra={"gradient_gap": gaps, "mixed_seconds": mixed})]
