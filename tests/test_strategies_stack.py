@@ -30,7 +30,8 @@ def untimed(value):
 def test_stacked_objectives_write_each_runs_own_metrics_summary_generations_and_checkpoints(tmp_path, monkeypatch):
     # responses sampled from the base (shared by the stack), micro-batches, two objectives that both
     # read the base's surprisal (computed once for both) with different weights and c
-    overrides = ["data.response_source=base", "train.micro_batch=4", "objective.beta=0.1"]
+    overrides = ["data.response_source=base", "train.micro_batch=16", "objective.beta=0.1", "eval.test_size=18",
+                 "eval.pairs=12", "eval.snapshot_size=12"]
     objectives = ["model_directed", "token_inverse"]
     group = [configs.load("strategies_factorize", [*overrides, f"objective.name={o}"], "smoke") for o in objectives]
     with torch.random.fork_rng():
