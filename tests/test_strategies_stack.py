@@ -133,3 +133,9 @@ def test_a_sweep_stacks_each_seeds_objectives_over_one_response_source():
         assert len({(c.seed, c.data.response_source) for c in members}) == 1
         assert sorted(c.objective.name for c in members) == sorted(
             ["model_directed", "elbo", "beta_elbo", "token_weighting", "global_scale", "token_inverse"])
+    # with more workers than stacks, the largest stacks are halved until every worker has one
+    halves = stacks(jobs, lambda job: stack_key(job["config"], StackedFactorize.varies), workers=8)
+    assert len(halves) == 8 and sorted(i for h in halves for i in h["ids"]) == sorted(by_id)
+    for part in halves:
+        assert len({(by_id[i].seed, by_id[i].data.response_source) for i in part["ids"]}) == 1
+    assert len(stacks(jobs[:1], lambda job: "one", workers=4)) == 1  # a single run is not split further

@@ -67,15 +67,22 @@ def run_stack(job: dict) -> list[dict]:
         return [failed(run, path, err, started) for run, path in zip(job["ids"], paths)]
 
 
-def stacks(jobs: list[dict], key) -> list[dict]:
-    """The jobs of a sweep grouped into stacks: one job trains every unfinished run that shares its
-    key(job) (runner.stack_key: the config without the fields the stacked class lets runs differ in)."""
+def stacks(jobs: list[dict], key, workers: int = 1) -> list[dict]:
+    """The jobs of a sweep grouped into stacks: one job trains unfinished runs that share their
+    key(job) (runner.stack_key: the config without the fields the stacked class lets runs differ in).
+    Where there are fewer stacks than `workers`, the largest are halved until each worker has one
+    (a stack is one process: one stack of every run would leave the other cores idle)."""
     groups: dict[str, list[dict]] = {}
     for job in jobs:
         groups.setdefault(key(job), []).append(job)
+    parts = list(groups.values())
+    while len(parts) < workers and max(map(len, parts), default=1) > 1:
+        largest = max(parts, key=len)
+        parts.remove(largest)
+        parts += [largest[:len(largest) // 2], largest[len(largest) // 2:]]
     return [dict(stack=True, ids=[j["id"] for j in group], paths=[j["path"] for j in group],
                  overrides=[j["overrides"] for j in group], experiment=group[0]["experiment"],
-                 scale=group[0]["scale"], threads=group[0]["threads"]) for group in groups.values()]
+                 scale=group[0]["scale"], threads=group[0]["threads"]) for group in parts]
 
 
 def run_job(job: dict) -> list[dict]:
@@ -207,12 +214,12 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         keys = {t["id"]: stack_key(configs.load(spec.experiment, t["overrides"], spec.scale), varies) for t in todo}
         key = lambda job: keys[job["id"]]  # noqa: E731
     cores = os.cpu_count() or 1
-    parallel = len(set(keys.values())) if stack else len(todo)
-    workers = max(1, min(workers or cores, parallel or 1))
+    workers = max(1, min(workers or cores, len(todo) or 1))
     jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
                  path=str(runs / t["id"]), threads=threads or max(1, cores // workers)) for t in todo]
     if stack:
-        jobs = stacks(jobs, key)
+        jobs = stacks(jobs, key, workers)
+        workers = min(workers, len(jobs))
     outcomes = {}
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                   TimeElapsedColumn(), disable=not show, transient=True) as bar:
