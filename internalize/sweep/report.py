@@ -120,12 +120,15 @@ def group_styles(names: list, keys: list[str]) -> list[tuple[str, str, str]]:
 
 def place_legend(fig, ax, fontsize: int) -> None:
     """The legend inside the axes for a few entries; for many, beside them, off the data, the figure
-    widened to hold it."""
+    widened to hold it and the title set from the axes' left edge."""
     entries = len(ax.get_legend_handles_labels()[0])
     if entries > 5:
         width, height = fig.get_size_inches()
         fig.set_size_inches(width + 3.5, height)
         ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+        title = ax.get_title()  # from the axes' left edge, over the legend: centred, a long one runs off the figure
+        ax.set_title("")
+        ax.set_title(title, fontsize=10, loc="left")
     elif entries:
         ax.legend(fontsize=fontsize)
 
