@@ -82,15 +82,16 @@ def training_steps(systems: list, batch_size: int) -> Callable[[], None]:
     return run
 
 
+OBJECTIVES = ("elbo", "beta_elbo", "model_directed", "token_weighting", "global_scale", "token_inverse")  # figure 3's
+
+
 def stacked(quick: bool) -> list[Line]:
     """The six objectives' runs over one base, one seed: stacked (internalize sweep --stack) against one
     after another, a training step each, on base-sampled responses and on the benchmark's."""
     if not installed("peft"):
         return [Line("factorize_stacked", "six objectives' runs stacked", goal=3.0, skipped="needs peft")]
     from internalize import config as configs
-    from internalize.registry import build
-    from internalize.systems.strategies.objectives import LATENT_OBJECTIVES
-    from internalize.systems.strategies.stacked import StackedFactorize
+    from internalize.registry import build, stacked_class
 
     scale = "smoke" if quick else "calibration"
     seconds = {}
@@ -98,9 +99,9 @@ def stacked(quick: bool) -> list[Line]:
         for source in ("base", "benchmark"):
             group = [configs.load("strategies_factorize", ["model.base_steps=1", f"task.per_task={40 if quick else 600}",
                                                            f"objective.name={o}", f"data.response_source={source}"],
-                                  scale) for o in LATENT_OBJECTIVES]
+                                  scale) for o in OBJECTIVES]
             torch.manual_seed(0)
-            together = training_steps([StackedFactorize(group)], group[0].train.batch_size)
+            together = training_steps([stacked_class(group[0].system)(group)], group[0].train.batch_size)
             alone = []
             for config in group:
                 torch.manual_seed(0)
