@@ -196,13 +196,15 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
 
     started = time.perf_counter()
     paths = [Path(p) for p in paths]
-    found = []
     for config, path in zip(group, paths):
         check_same(path, config)
-        found.append(load_checkpoint(path) if (path / "checkpoints").exists() else None)
+    found = []  # each run's checkpoint, read only for a stack that can continue from them
 
     def resume(system):
-        if not system.resumable or any(c is None for c in found):
+        if not system.resumable:
+            return None
+        found.extend(load_checkpoint(p) if (p / "checkpoints").exists() else None for p in paths)
+        if any(c is None for c in found):
             return None
         try:
             return system.join_checkpoints([(c[0]["train"], c[1]) for c in found])
@@ -213,9 +215,9 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
 
     def recorder(system, resumed: bool):
         setup.append((time.perf_counter() - started) / len(group))  # building the stack, each run's share
-        for config, path, checkpoint in zip(group, paths, found):
+        for i, (config, path) in enumerate(zip(group, paths)):
             if resumed:
-                runs.append(Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"]))
+                runs.append(Run.open(path, config, keep_lines=found[i][0]["metrics_lines"]))
             else:
                 shutil.rmtree(path, ignore_errors=True)
                 runs.append(Run.create(path, config))

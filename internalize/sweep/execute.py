@@ -218,8 +218,7 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
     jobs = [dict(id=t["id"], experiment=spec.experiment, overrides=t["overrides"], scale=spec.scale,
                  path=str(runs / t["id"]), threads=threads or max(1, cores // workers)) for t in todo]
     if stack:
-        jobs = stacks(jobs, key, workers)
-        workers = min(workers, len(jobs))
+        jobs = stacks(jobs, key, workers)  # at least `workers` of them: see stacks
     outcomes = {}
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                   TimeElapsedColumn(), disable=not show, transient=True) as bar:

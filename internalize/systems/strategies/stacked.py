@@ -63,7 +63,7 @@ class StackedFactorize(Stacked):
     num_stages = 1
 
     def __init__(self, configs: list[Config]):
-        self.config, self.configs = configs[0], list(configs)
+        self.config = configs[0]
         self.seeds = [c.seed for c in configs]
         self.runs: list[FactorizeSystem] = []
         for config in configs:  # each built as its own run builds it (runner.seeded_system)
@@ -80,6 +80,8 @@ class StackedFactorize(Stacked):
         self.records: list[list[dict]] = [[] for _ in self.runs]
         self.step, self.started, self.seconds = 0, 0.0, 0.0
         self.clipping = None  # the optimizer (optimizer()), which keeps each run's gradient norm
+        # each run's SHA-256 of its frozen base, as its own checkpoint keeps it
+        self.digests = [fixed_digest(r.model, r.fixed()) for r in self.runs]
 
     def stage(self, index: int) -> Stage:
         val = self.runs[0].validation()  # the base's validation responses drawn once
@@ -183,7 +185,7 @@ class StackedFactorize(Stacked):
             own = {k.replace(f".{i}.", ".", 1): v for k, v in tensors.items() if k.startswith(prefix)}
             own["rng.train"] = tensors["rng.train"]
             out[i] = (dict(state, seconds=state["seconds"] / n, val=self.last_val[i], per_stage=self.records[i],
-                           system=state["system"]["runs"][i], fixed=self.digests()[i]), own)
+                           system=state["system"]["runs"][i], fixed=self.digests[i]), own)
         return out
 
     def join_checkpoints(self, checkpoints: list[tuple[dict, dict]]) -> tuple[dict, dict]:
@@ -191,7 +193,7 @@ class StackedFactorize(Stacked):
         counters = ("stage", "stage_step", "step", "samples")
         if any({k: s[k] for k in counters} != {k: states[0][k] for k in counters} for s in states):
             raise ValueError("the runs' checkpoints are at different steps: they were not written by one stack")
-        if [s["fixed"] for s in states] != self.digests():
+        if [s["fixed"] for s in states] != self.digests:
             raise ValueError("the frozen base the runs were trained over has changed since")
         tensors = {"rng.train": checkpoints[0][1]["rng.train"]}
         for i, (_, own) in enumerate(checkpoints):
@@ -202,12 +204,6 @@ class StackedFactorize(Stacked):
                      system={"runs": [s["system"] for s in states], "seconds": sum(s["seconds"] for s in states),
                              "records": [s["per_stage"] for s in states]})
         return state, tensors
-
-    def digests(self) -> list[str]:
-        """Each run's SHA-256 of its frozen base (as its own checkpoint keeps it), computed once."""
-        if not hasattr(self, "_digests"):
-            self._digests = [fixed_digest(r.model, r.fixed()) for r in self.runs]
-        return self._digests
 
 
 __all__ = ["StackedFactorize", "clipped"]
