@@ -488,6 +488,18 @@ def test_a_kept_row_configured_otherwise_is_refused(cli, tmp_path, monkeypatch):
     result = cli("sweep", file, "--out", tmp_path / "b", "--done-from", tmp_path / "other.csv")
     assert result.exit_code == 2 and "task.k=4__seed=0 was configured otherwise: train.lr" in result.output
     assert not (tmp_path / "b" / "imported.csv").exists()
+    # a table that joined older rows to newer ones leaves the older rows' cells blank under keys they
+    # lacked: a blank where a number must be is not a value, a blank where a name may be absent is
+    older = {**same, "config.train.warmup_steps": None, "config.task.k": 4}
+    pd.DataFrame([older, {**same, "run_id": "task.k=8__seed=0", "config.task.k": 8}]).to_csv(
+        tmp_path / "older.csv", index=False)
+    result = sweep.run_sweep(file, workers=1, out=tmp_path / "c", show=False, done_from=tmp_path / "older.csv")
+    assert result["imported"] == 2
+    unnamed = {**same, "config.curriculum.name": None}
+    pd.DataFrame([unnamed, {**same, "run_id": "task.k=8__seed=0", "config.task.k": 8,
+                            "config.curriculum.name": "log_icot"}]).to_csv(tmp_path / "unnamed.csv", index=False)
+    result = cli("sweep", file, "--out", tmp_path / "d", "--done-from", tmp_path / "unnamed.csv")
+    assert result.exit_code == 2 and "configured otherwise: curriculum.name (nan there, log_icot here)" in result.output
 
 
 def test_a_row_of_another_sweep_stands_for_the_run_configured_as_it_was(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """A sweep's results table: one row per run, its config keys and summary figures."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -76,17 +77,60 @@ def _same(kept, here) -> bool:
     return kept == here or (kept is None and here in ("", [], {}))
 
 
-def _differences(row: dict, here: dict) -> list[str]:
+def _blank(cell) -> bool:
+    import math
+
+    return cell == "" or isinstance(cell, float) and math.isnan(cell)
+
+
+def never_blank(config) -> set[str]:
+    """The flattened keys of a Config whose field can hold no value a table writes as a blank cell
+    (None, "", an empty list or mapping), such as numbers, flags and named choices: a blank cell under such a key cannot be its value, so it marks a row written before the
+    key existed (a table that joined older rows to newer ones), not a run configured otherwise."""
+    from pydantic import BaseModel
+
+    out = set()
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        if isinstance(value, BaseModel):
+            out |= {f"{name}.{k}" for k in never_blank(value)}
+        elif not any(_admits(field.annotation, blank) for blank in (None, "", [], {})):
+            out.add(name)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(annotation):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(annotation)
+
+
+def _admits(annotation, value) -> bool:
+    from pydantic import ValidationError
+
+    try:
+        _adapter(annotation).validate_python(value)
+    except ValidationError:
+        return False
+    except TypeError:  # an annotation that is not hashable: assume it could
+        return True
+    return True
+
+
+def _differences(row: dict, here: dict, unrecorded_if_blank: frozenset = frozenset()) -> list[str]:
     """The keys of a flattened config `here` whose value a results table's row holds otherwise: only the
-    keys both have are compared (a key only one side knows was written by older or newer code)."""
+    keys both have are compared (a key only one side knows was written by older or newer code, and so is
+    a blank cell under a key of `unrecorded_if_blank`)."""
     return [k for k in sorted(here) if f"config.{k}" in row and k != "description"
+            and not (k in unrecorded_if_blank and _blank(row[f"config.{k}"]))
             and not _same(row[f"config.{k}"], here[k])]
 
 
-def _check_imported(row: dict, here: dict, table_file: Path) -> None:
+def _check_imported(row: dict, here: dict, table_file: Path, unrecorded_if_blank=frozenset()) -> None:
     """Refuse a kept row whose run was configured otherwise than the sweep configures it now (another
     base, other steps)."""
-    changed = _differences(row, here)
+    changed = _differences(row, here, unrecorded_if_blank)
     if changed:
         shown = ", ".join(f"{k} ({row[f'config.{k}']} there, {here[k]} here)" for k in changed[:3])
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
@@ -119,7 +163,9 @@ def import_rows(root: Path, tasks: list[dict], table_file: Path, config_of=None)
             return flatten(config_of(task).model_dump(mode="json"))
 
         for run, row in chosen.items():
-            _check_imported(row, flat(by_id[run]), table_file)
+            config = config_of(by_id[run])
+            _check_imported(row, flatten(config.model_dump(mode="json")), table_file,
+                            frozenset(never_blank(config)))
         others = [row for row in done if row["run_id"] not in by_id]
         for t in tasks:
             if t["id"] in chosen or not others:
