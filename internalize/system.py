@@ -39,6 +39,10 @@ class Stage:
     # that the weighted sum of their losses is the batch's loss (train.micro_batch: their gradients
     # accumulate); None: this stage's batches cannot be split
     split: Optional[Callable[[Any, int], list]] = None
+    # parameters whose gradients train.grad_clip clips apart, each group to its own norm, logged as
+    # train_<i>/grad_norm (runs trained as one, each clipped as it would be alone); None: every
+    # parameter that learns, together, logged as train_grad_norm
+    clip_groups: Optional[list[list]] = None
 
 
 class System:

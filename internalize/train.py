@@ -205,8 +205,11 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                     loss = loss + piece_loss.detach() * weight
                     for k, v in piece_parts.items():
                         parts[k] = parts.get(k, 0.0) + v * weight
-                if cfg.grad_clip:
+                if cfg.grad_clip and stage.clip_groups is None:
                     parts["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(learning, cfg.grad_clip))
+                elif cfg.grad_clip:
+                    for i, group in enumerate(stage.clip_groups):
+                        parts[f"{i}/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(group, cfg.grad_clip))
                 warm_up(optimizer, cfg, state.stage_step, state.step, cap)
                 optimizer.step()
                 system.after_step()

@@ -11,7 +11,6 @@ from internalize import config as configs
 from internalize.config import ConfigError
 from internalize.runner import execute, execute_stacked, train_stacked
 from internalize.runs import TIMINGS, Run, read_metrics
-from internalize.systems.strategies.stacked import clipped
 from tests.conftest import without_timings
 
 pytest.importorskip("peft")
@@ -92,28 +91,6 @@ def test_runs_that_differ_beyond_their_objective_do_not_stack():
     group = [configs.load("strategies_factorize", o, "smoke") for o in (["seed=0"], ["seed=1"])]
     with pytest.raises(ConfigError, match="objective alone"):
         train_stacked(group)
-
-
-def test_each_runs_gradient_is_clipped_to_its_own_norm():
-    torch.manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(5)) for _ in range(4)]
-    alone = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    grads = [torch.randn(5) * scale for scale in (0.1, 10.0, 0.2, 30.0)]
-    # SGD: its step is proportional to the gradient, so a clip of the wrong norm shows (Adam's first step would not)
-    together = clipped(torch.optim.SGD)(params, [params[:2], params[2:]], 1.0, lr=0.1)
-    for p, g in zip(params, grads):
-        p.grad = g.clone()
-    together.step()
-    for pair in (alone[:2], alone[2:]):
-        for p, g in zip(pair, grads[:2] if pair[0] is alone[0] else grads[2:]):
-            p.grad = g.clone()
-        torch.nn.utils.clip_grad_norm_(pair, 1.0)
-        torch.optim.SGD(pair, lr=0.1).step()
-    for p, q in zip(params, alone):
-        assert torch.equal(p.detach(), q.detach())
-    # the norms are each run's own, before clipping: one global clip would have scaled both by the larger
-    assert together.norms[0] == pytest.approx(float(torch.cat(grads[:2]).norm()))
-    assert together.norms[1] == pytest.approx(float(torch.cat(grads[2:]).norm()))
 
 
 def test_a_sweep_stacks_each_seeds_objectives_over_one_response_source():

@@ -91,6 +91,28 @@ def test_gradient_clipping_logs_the_norm_and_bounds_the_step():
     assert max(seen) == pytest.approx(0.25, rel=1e-4)  # after: squared norm 0.5^2
 
 
+def test_clip_groups_are_each_clipped_to_their_own_norm_and_logged_apart():
+    """Runs trained as one (a stack) clip each run's gradient alone: a global clip would scale both
+    groups by the larger norm."""
+    import dataclasses
+
+    class TwoRuns(Linear):
+        def stage(self, index):
+            stage = super().stage(index)
+            m = self.model
+            return dataclasses.replace(stage, loss=lambda batch: 3.0 * m.a + 40.0 * m.b, clip_groups=[[m.a], [m.b]])
+
+    memory, seen = Memory(), []
+    system = TwoRuns()
+    system.after_step = lambda: seen.append((float(system.model.a.grad), float(system.model.b.grad)))
+    run(system, memory, grad_clip=5.0)
+    steps = [r for r in memory.records if "train_loss" in r]
+    assert [r["train_0/grad_norm"] for r in steps] == pytest.approx([3.0] * 5)
+    assert [r["train_1/grad_norm"] for r in steps] == pytest.approx([40.0] * 5)
+    assert "train_grad_norm" not in steps[0]
+    assert [g for pair in seen for g in pair] == pytest.approx([3.0, 5.0] * 5)  # the first under its bound untouched, the second clipped alone
+
+
 def test_the_system_sees_every_global_step_across_stages():
     system = Linear(stages=3)
     run(system)

@@ -31,23 +31,6 @@ from internalize.systems.strategies.data import by_rows
 from internalize.systems.strategies.factorize import FactorizeSystem
 
 
-def clipped(base: type) -> type:
-    """`base` (an optimizer class) that first clips each run's gradient to its own norm, as each run's
-    trainer would alone (train.grad_clip), keeping the norms for the runs' records."""
-
-    class Clipped(base):
-        def __init__(self, params, runs: list[list[nn.Parameter]], max_norm: float | None, **kwargs):
-            super().__init__(params, **kwargs)
-            self.runs, self.max_norm, self.norms = runs, max_norm, []
-
-        def step(self, closure=None):
-            if self.max_norm:
-                self.norms = [float(torch.nn.utils.clip_grad_norm_(p, self.max_norm)) for p in self.runs]
-            return super().step(closure)
-
-    return Clipped
-
-
 @dataclass
 class Piece:
     """A training batch (or micro-batch) and its weight in the step's loss."""
@@ -79,7 +62,6 @@ class StackedFactorize(Stacked):
         self.last_val = [float("nan")] * len(self.runs)
         self.records: list[list[dict]] = [[] for _ in self.runs]
         self.step, self.started, self.seconds = 0, 0.0, 0.0
-        self.clipping = None  # the optimizer (optimizer()), which keeps each run's gradient norm
         # each run's SHA-256 of its frozen base, as its own checkpoint keeps it
         self.digests = [fixed_digest(r.model, r.fixed()) for r in self.runs]
 
@@ -115,16 +97,9 @@ class StackedFactorize(Stacked):
             self.last_val = [s.validate() for s in stages]
             return sum(self.last_val)
 
-        # the trainer's global clipping would couple the runs: each run's is done by the optimizer
+        # clipped together, the runs' gradients would couple: each run's is clipped alone
         return Stage(info={}, params=[p for s in stages for p in s.params], sample=sample, loss=loss,
-                     validate=validate, split=split, train={"grad_clip": None})
-
-    def optimizer(self, params: list, cfg) -> torch.optim.Optimizer:
-        t = self.config.train
-        base = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[t.optimizer]
-        extra = {"weight_decay": t.weight_decay} if t.optimizer == "adamw" else {}
-        self.clipping = clipped(base)(params, [r.net.learnable() for r in self.runs], t.grad_clip, lr=t.lr, **extra)
-        return self.clipping
+                     validate=validate, split=split, clip_groups=[r.net.learnable() for r in self.runs])
 
     def on_step(self, step: int) -> None:
         self.step = step
@@ -147,14 +122,11 @@ class StackedFactorize(Stacked):
         head = {k: record[k] for k in ("step", "stage", "samples")}
         if "train_loss" not in record:  # the stage's loss before it trains
             return {i: dict(head, val_loss=v) for i, v in enumerate(self.last_val)}
-        norms = self.clipping.norms
         out = {}
         for i in range(len(self.runs)):
             own = {k[len(f"train_{i}/"):]: v for k, v in record.items() if k.startswith(f"train_{i}/")}
             out[i] = dict(head, train_loss=float(self.losses[i]), val_loss=self.last_val[i],
                           **{f"train_{k}": v for k, v in own.items()})
-            if norms:
-                out[i]["train_grad_norm"] = norms[i]
         return out
 
     def seed(self, index: int) -> tuple[System, dict]:
@@ -206,4 +178,4 @@ class StackedFactorize(Stacked):
         return state, tensors
 
 
-__all__ = ["StackedFactorize", "clipped"]
+__all__ = ["StackedFactorize"]
