@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -384,7 +385,7 @@ def test_runs_start_seed_by_seed(tmp_path, monkeypatch):
 
     started = []
 
-    def record(jobs, workers, on_done):
+    def record(jobs, workers, on_done, on_tick=None):
         started.extend(j["id"] for j in jobs)
         for j in jobs:
             on_done(dict(id=j["id"], status="failed", error="not run"))
@@ -403,7 +404,7 @@ def test_seeds_runs_only_those_seeds_and_refuses_one_the_sweep_lacks(cli, tmp_pa
 
     started = []
 
-    def record(jobs, workers, on_done):  # each run "finishes" with an empty summary
+    def record(jobs, workers, on_done, on_tick=None):  # each run "finishes" with an empty summary
         started.extend(j["id"] for j in jobs)
         for j in jobs:
             Path(j["path"]).mkdir(parents=True)
@@ -429,7 +430,7 @@ def test_a_sweep_finishes_from_a_kept_table(cli, tmp_path, monkeypatch):
 
     started = []
 
-    def fake(jobs, workers, on_done):  # each run writes a summary holding its seed
+    def fake(jobs, workers, on_done, on_tick=None):  # each run writes a summary holding its seed
         for j in jobs:
             started.append(j["id"])
             Path(j["path"]).mkdir(parents=True, exist_ok=True)
@@ -470,7 +471,7 @@ def test_a_kept_row_configured_otherwise_is_refused(cli, tmp_path, monkeypatch):
     import internalize.sweep as sweep
     from internalize import config as configs
 
-    monkeypatch.setattr(sweep.execute, "run_local", lambda jobs, workers, on_done: None)
+    monkeypatch.setattr(sweep.execute, "run_local", lambda jobs, workers, on_done, on_tick=None: None)
     file = write(tmp_path, SMALL.split("report:")[0])
     here = configs.load("logicot", ["task.k=4"], "smoke").model_dump(mode="json")
 
@@ -507,7 +508,7 @@ def test_a_row_of_another_sweep_stands_for_the_run_configured_as_it_was(tmp_path
     from internalize import config as configs
     from internalize.sweep.table import flatten
 
-    monkeypatch.setattr(sweep.execute, "run_local", lambda jobs, workers, on_done: None)
+    monkeypatch.setattr(sweep.execute, "run_local", lambda jobs, workers, on_done, on_tick=None: None)
     file = write(tmp_path, SMALL.split("report:")[0])
 
     def row(run_id, *overrides, score):  # a row of a sweep over other keys, with all its config columns
@@ -527,11 +528,14 @@ def test_a_row_of_another_sweep_stands_for_the_run_configured_as_it_was(tmp_path
 
 
 @pytest.mark.slow
-def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
+def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path, monkeypatch):
+    import internalize.sweep as sweep
     from internalize.registry import build
     from internalize.runner import saved_config
     from internalize.runs import read_metrics, start_from
 
+    monkeypatch.setattr(sweep.execute, "TICK", 0.01)  # a line on the runs in progress at every look
+    monkeypatch.setattr(sweep.execute, "PLAIN_EVERY", 0.0)
     file = write(tmp_path, SMALL)
     alone, stacked = tmp_path / "alone", tmp_path / "stacked"
     assert cli("sweep", file, "--out", alone, "--workers", 2, "--threads", 1, "--quiet").exit_code == 0
@@ -540,8 +544,10 @@ def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
     rerun = ["task.k=4__seed=1", "task.k=4__seed=2", "task.k=4__seed=3", "task.k=8__seed=0"]
     for run in rerun:
         shutil.rmtree(stacked / "runs" / run)
-    result = cli("sweep", file, "--out", stacked, "--workers", 2, "--threads", 1, "--stack-seeds", "--quiet")
+    result = cli("sweep", file, "--out", stacked, "--workers", 2, "--threads", 1, "--stack-seeds")
     assert result.exit_code == 0 and "4 run now, 4 already finished" in result.output, result.output
+    # a log file hears where the stacks stand while they train: the three seeds of k=4 as one job
+    assert re.search(r"0/4 runs finished; training at .*step [\d,]+ \(3 runs\)", result.output), result.output
     # one thread each: the stacked products round as the seeds' own, so the tables are equal outright
     pd.testing.assert_frame_equal(comparable(alone), comparable(stacked))
     steps = set()
@@ -558,6 +564,24 @@ def test_stacked_seeds_write_the_runs_each_seed_writes_alone(cli, tmp_path):
     start_from(system.model, path)
     summary = json.loads((path / "summary.json").read_text())
     assert system.summary()["child_attention_mass"] == summary["child_attention_mass"]
+
+
+def test_progress_reads_each_jobs_last_logged_step(tmp_path):
+    from internalize.sweep.execute import latest_step, progress
+
+    def log(name, *records, tail=""):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+        return str(tmp_path / name)
+
+    one = log("one", {"step": 0, "val_loss": 2.0}, {"step": 100, "train_loss": 1.0}, {"event": "note"},
+              tail='{"step": 2')  # a line half written, and a record without a step
+    slow, fast = log("slow", {"step": 40}), log("fast", {"step": 60})
+    assert latest_step(tmp_path / "one") == 100 and latest_step(tmp_path / "none") is None
+    jobs = [dict(id="a", path=one), dict(stack=True, ids=["s", "f", "n"], paths=[slow, fast, str(tmp_path / "n")]),
+            dict(id="b", path=str(tmp_path / "not_started"))]
+    assert progress(jobs) == "training at step 100, step 40 (3 runs)"
+    assert progress(jobs[2:]) == ""
 
 
 def test_stacking_runs_of_a_system_without_a_stacked_class_is_one_error_line(cli, tmp_path):

@@ -1,11 +1,12 @@
 """Running a sweep: its runs on a local process pool or on Ray, resumed and retried; then its table."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Optional
@@ -103,15 +104,29 @@ def watch_parent(parent: int, every: float = 2.0) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def run_local(jobs: list[dict], workers: int, on_done: Callable[[dict], None]) -> None:
+TICK = 5.0  # seconds between two looks at the runs in progress
+PLAIN_EVERY = 600.0  # seconds between two lines on them in a log file
+
+
+def run_local(jobs: list[dict], workers: int, on_done: Callable[[dict], None],
+              on_tick: Optional[Callable[[list[dict]], None]] = None) -> None:
+    """The jobs on a pool of `workers` processes; on_done(outcome) as each run ends, on_tick(the jobs
+    in progress) every TICK seconds."""
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                              initializer=watch_parent, initargs=(os.getpid(),)) as pool:
-        for future in as_completed([pool.submit(run_job, job) for job in jobs]):
-            for outcome in future.result():
-                on_done(outcome)
+        futures = {pool.submit(run_job, job): job for job in jobs}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=TICK, return_when=FIRST_COMPLETED)
+            for future in done:
+                for outcome in future.result():
+                    on_done(outcome)
+            if on_tick is not None:
+                on_tick([futures[f] for f in pending if f.running()])
 
 
-def run_ray(jobs: list[dict], workers: int, address: Optional[str], on_done: Callable[[dict], None]) -> None:
+def run_ray(jobs: list[dict], workers: int, address: Optional[str], on_done: Callable[[dict], None],
+            on_tick: Optional[Callable[[list[dict]], None]] = None) -> None:
     try:
         import ray
     except ImportError:
@@ -126,14 +141,48 @@ def run_ray(jobs: list[dict], workers: int, address: Optional[str], on_done: Cal
                      _node_ip_address="127.0.0.1")
     try:
         remote = ray.remote(num_cpus=1)(run_job)
-        pending = [remote.remote(job) for job in jobs]
+        of = {remote.remote(job): job for job in jobs}
+        pending = list(of)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for outcome in ray.get(done[0]):
-                on_done(outcome)
+            done, pending = ray.wait(pending, num_returns=1, timeout=TICK)
+            for ref in done:
+                for outcome in ray.get(ref):
+                    on_done(outcome)
+            if on_tick is not None:  # Ray does not say which have started: those that have logged show
+                on_tick([of[ref] for ref in pending])
     finally:
         if started_here:
             ray.shutdown()
+
+
+def latest_step(path: Path) -> Optional[int]:
+    """The step of a run's last logged record (its metrics.jsonl's last line), None before its first."""
+    try:
+        with open(Path(path) / "metrics.jsonl", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line being written, or one without a step
+    return None
+
+
+def progress(jobs: list[dict]) -> str:
+    """Where the jobs in progress stand: each one's step (a stack's runs step together: its slowest),
+    with its number of runs where it trains several."""
+    shown = []
+    for job in jobs:
+        steps = [latest_step(p) for p in job.get("paths", [job.get("path")]) if p]
+        steps = [s for s in steps if s is not None]
+        if steps:
+            runs = len(job.get("paths", [])) if job.get("stack") else 1
+            shown.append(f"step {min(steps):,}" + (f" ({runs} runs)" if runs > 1 else ""))
+    return ("training at " + ", ".join(shown)) if shown else ""
 
 
 def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
@@ -221,9 +270,20 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         jobs = stacks(jobs, key, workers)  # at least `workers` of them: see stacks
     outcomes = {}
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
-                  TimeElapsedColumn(), disable=not show, transient=True) as bar:
-        task = bar.add_task("runs", total=len(todo), failed=0)
-        plain = show and not bar.console.is_terminal  # a log file or a pipe: one line per finished run
+                  TimeElapsedColumn(), TextColumn("{task.fields[now]}"), disable=not show, transient=True) as bar:
+        task = bar.add_task("runs", total=len(todo), failed=0, now="")
+        # a log file or a pipe: one line per finished run, and where the runs in progress stand every
+        # PLAIN_EVERY seconds (a stack of runs may train for hours before its first ends)
+        plain = show and not bar.console.is_terminal
+        said = [time.monotonic()]
+
+        def on_tick(running: list[dict]) -> None:
+            now = progress(running)
+            bar.update(task, now=now)
+            if plain and now and time.monotonic() - said[0] >= PLAIN_EVERY:
+                said[0] = time.monotonic()
+                bar.console.print(f"{len(outcomes)}/{len(todo)} runs finished; {now}", highlight=False,
+                                  soft_wrap=True)
 
         def on_done(outcome: dict) -> None:
             outcomes[outcome["id"]] = outcome
@@ -234,9 +294,9 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
 
         if jobs:
             if executor == "ray":
-                run_ray(jobs, workers, address, on_done)
+                run_ray(jobs, workers, address, on_done, on_tick)
             elif executor == "local":
-                run_local(jobs, workers, on_done)
+                run_local(jobs, workers, on_done, on_tick)
             else:
                 raise ConfigError(f"unknown executor {executor!r}; choose local or ray")
     table = collect(root, spec, tasks)
