@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from internalize.config import ConfigError, TrainConfig
 from internalize.runs import fixed_digest, load_weights, model_tensors
-from internalize.system import Stage, System  # noqa: F401  (Stage: re-exported for callers)
+from internalize.system import System
 
 
 class Recorder(Protocol):

@@ -193,7 +193,8 @@ def test_non_finite_loss_stops_with_a_clear_line(cli, tmp_path):
 def test_the_trainer_never_checkpoints_non_finite_weights():
     from internalize.config import TrainConfig
     from internalize.system import System
-    from internalize.train import NonFiniteLoss, Stage, train
+    from internalize.system import Stage
+    from internalize.train import NonFiniteLoss, train
 
     model = torch.nn.Linear(1, 1, bias=False)
     with torch.no_grad():

@@ -4,7 +4,8 @@ import torch
 from internalize.config import TrainConfig, load
 from internalize.system import System
 from internalize.theory import RowStep
-from internalize.train import NonFiniteLoss, Stage, train
+from internalize.system import Stage
+from internalize.train import NonFiniteLoss, train
 from tests.conftest import Memory
 
 
