@@ -402,3 +402,26 @@ def test_the_base_sources_read_the_examples_that_the_benchmark_source_draws():
     expected, expected_response, _ = bench.sample(8, torch.Generator().manual_seed(5))
     assert torch.equal(tokens, expected) and torch.equal(response, expected_response)
     assert list(seen[0].columns) == ["task", "input", "text"]
+
+
+def test_the_generator_and_posterior_hold_one_frozen_base_and_a_stack_one_for_all_its_runs():
+    from internalize.systems.strategies.stacked import StackedFactorize
+
+    def frozen(module):
+        return {n: p for n, p in module.named_parameters() if not p.requires_grad}
+
+    system = smoke_system()
+    net = system.net
+    ours, theirs = frozen(net.generator), frozen(net.posterior)
+    assert ours and ours.keys() == theirs.keys()
+    assert all(ours[n].data_ptr() == theirs[n].data_ptr() for n in ours)
+    learning = [p.data_ptr() for p in net.learnable()]
+    assert len(set(learning)) == len(learning)  # each adapter and head its own
+    system.stage(0).loss(system.stage(0).sample(4, torch.Generator().manual_seed(0)))[0].backward()
+    assert all(p.grad is None for p in ours.values())  # and none of the shared weights learns
+
+    stack = StackedFactorize([load("strategies_factorize", scale="smoke", overrides=[f"objective.name={o}"])
+                              for o in ("elbo", "model_directed")])
+    first, second = (frozen(r.net) for r in stack.runs)
+    assert all(first[n].data_ptr() == second[n].data_ptr() for n in first)
+    assert not {p.data_ptr() for p in stack.runs[0].net.learnable()} & {p.data_ptr() for p in stack.runs[1].net.learnable()}

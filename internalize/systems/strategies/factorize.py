@@ -52,7 +52,7 @@ from internalize.systems.strategies.data import (
     in_parts,
 )
 from internalize.systems.strategies.frozen_base import base_tokenizer, frozen_base
-from internalize.systems.strategies.latent import Factorization, draw, gaussian_kl
+from internalize.systems.strategies.latent import Factorization, draw, gaussian_kl, share_frozen
 from internalize.systems.strategies.measures import PCA_EXAMPLES, TRAJECTORY, Measures
 from internalize.systems.strategies.objectives import LATENT_OBJECTIVES, kl_weight, response_term
 
@@ -71,6 +71,7 @@ class FactorizeSystem(Measures, System):
         m = config.model
         self.net = Factorization(base, m.d_z, m.lora_rank, m.lora_alpha, m.lora_targets,
                                  onward=m.z_injection == "onward").to(self.device)
+        share_frozen(self.net.generator, self.net.posterior)  # two adapted copies of one frozen base
         self.model = self.net
         self.stage_metrics = {"fidelity": None, "alignment": None}
         self.c: float | None = None

@@ -53,6 +53,24 @@ def draw(params: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator |
     return mean + (0.5 * logvar).exp() * noise
 
 
+def share_frozen(source: nn.Module, target: nn.Module) -> int:
+    """Point each frozen parameter of `target` at the storage of `source`'s parameter of the same name
+    where both are frozen and equal (copies of one frozen base): the generator and the posterior, and
+    the runs of a stack, then hold one copy of the base's weights (a pretrained model's size once,
+    not twice a run). Values are unchanged, so is every result; no faster on a CPU at the
+    calibration scale (1.02x a step alone, 1.00x for 12 runs stacked). Returns how many were shared."""
+    theirs = dict(source.named_parameters())
+    shared = 0
+    with torch.no_grad():
+        for name, p in target.named_parameters():
+            q = theirs.get(name)
+            if (q is not None and q is not p and not p.requires_grad and not q.requires_grad
+                    and q.shape == p.shape and q.dtype == p.dtype and torch.equal(p, q)):
+                p.data = q.data
+                shared += 1
+    return shared
+
+
 class Factorization(nn.Module):
     def __init__(self, base: nn.Module, d_z: int, rank: int, alpha: float, targets: list[str] | None = None,
                  onward: bool = False):

@@ -29,6 +29,7 @@ from internalize.runs import fixed_digest, frozen_names
 from internalize.system import Stacked, Stage, System
 from internalize.systems.strategies.data import by_rows
 from internalize.systems.strategies.factorize import FactorizeSystem
+from internalize.systems.strategies.latent import share_frozen
 
 
 @dataclass
@@ -53,6 +54,8 @@ class StackedFactorize(Stacked):
             torch.manual_seed(config.seed)
             self.runs.append(build(config))
         first = self.runs[0]
+        for run in self.runs[1:]:  # one frozen base in memory for the whole stack
+            share_frozen(first.net, run.net)
         self.model = nn.ModuleList([r.net for r in self.runs])
         self.memo: dict = {}  # the frozen base's surprisal of the current batch's rows, for every run
         for run in self.runs:
