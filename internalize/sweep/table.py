@@ -65,7 +65,7 @@ def _same(kept, here) -> bool:
 
     import yaml
 
-    if isinstance(kept, float) and math.isnan(kept) or kept == "":
+    if _blank(kept):
         kept = None
     elif isinstance(kept, str):
         try:
@@ -85,8 +85,9 @@ def _blank(cell) -> bool:
 
 def never_blank(config) -> set[str]:
     """The flattened keys of a Config whose field can hold no value a table writes as a blank cell
-    (None, "", an empty list or mapping), such as numbers, flags and named choices: a blank cell under such a key cannot be its value, so it marks a row written before the
-    key existed (a table that joined older rows to newer ones), not a run configured otherwise."""
+    (None, "", an empty list or mapping), such as numbers, flags and named choices: a blank cell under
+    such a key cannot be its value, so it marks a row written before the key existed (a table that
+    joined older rows to newer ones), not a run configured otherwise."""
     from pydantic import BaseModel
 
     out = set()
