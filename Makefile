@@ -16,7 +16,7 @@ run: $(BIN)/internalize
 	$(BIN)/internalize run logicot
 
 test: $(BIN)/internalize
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 bench: $(BIN)/internalize
 	$(BIN)/internalize bench --out benchmarks/bench.json

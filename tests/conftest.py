@@ -1,11 +1,18 @@
 import contextlib
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
 
 from internalize.cli import app
 from internalize.runs import TIMINGS
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: the workers share the cores, one torch thread each
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = "1"  # and each process a test starts
+    torch.set_num_threads(1)
 
 
 class Memory:
