@@ -35,14 +35,14 @@ finished here; only the rest run. Delete imported.csv to run them again.
 """
 from __future__ import annotations
 
-from internalize.sweep.execute import (  # noqa: F401
+from internalize.sweep.execute import (
                                     run_local,
                                     run_one,
                                     run_ray,
                                     run_sweep,
                                     watch_parent,
 )
-from internalize.sweep.spec import (  # noqa: F401
+from internalize.sweep.spec import (
                                     TIMING_COLUMNS,
                                     FigureSpec,
                                     ReportSpec,
@@ -53,4 +53,8 @@ from internalize.sweep.spec import (  # noqa: F401
                                     point_keys,
                                     read_spec,
 )
-from internalize.sweep.table import collect, flatten, read_table, stage_columns  # noqa: F401
+from internalize.sweep.table import collect, flatten, read_table, stage_columns
+
+__all__ = ["TIMING_COLUMNS", "FigureSpec", "ReportSpec", "SweepSpec", "available", "collect", "expand", "flatten",
+           "locate", "point_keys", "read_spec", "read_table", "run_local", "run_one", "run_ray", "run_sweep",
+           "stage_columns", "watch_parent"]
