@@ -650,8 +650,9 @@ grid:
   train.lr: [1.0e-3, 3.0e-4]
 report: {metrics: [fidelity]}
 """)
-    result = cli("sweep", file, "--out", "out", "--quiet")
+    result = cli("sweep", file, "--out", "out")
     assert result.exit_code == 0, result.output
+    assert "stage 1/1  step 6/6" in result.output  # the base's own progress (hours, at full scale)
     base = json.loads(Path("runs/base/summary.json").read_text())
     assert base["steps"] == 6
     table = pd.read_parquet("out/results.parquet")

@@ -35,7 +35,7 @@ def run_one(job: dict) -> dict:
         resume = (path / "config.yaml").exists()
         if path.exists() and not resume:  # a run killed before it wrote its config: start over
             shutil.rmtree(path)
-        execute(config, path, show=False, resume=resume)
+        execute(config, path, show=job.get("show", False), resume=resume)  # a `before` run shows its own
         return dict(id=job["id"], status="done", seconds=time.perf_counter() - started)
     except Exception as err:  # a failing run is recorded, the sweep goes on
         return failed(job["id"], path, err, started)
@@ -235,7 +235,7 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         if show:
             print(f"before the sweep: {before.experiment} into {path}", flush=True)
         outcome = run_one(dict(id=str(path), experiment=before.experiment, overrides=before.overrides(),
-                               scale=before.scale, path=str(path), threads=threads))
+                               scale=before.scale, path=str(path), threads=threads, show=show))
         if outcome["status"] == "failed":
             raise ConfigError(f"the run before the sweep ({before.experiment} into {path}) failed: "
                               f"{outcome['error']} (see {path / 'error.txt'})")
