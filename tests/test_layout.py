@@ -1,6 +1,6 @@
 """The package's shape: the core imports no system, a system no other system, and no import cycle
 (deferred imports inside functions included); no file past 400 lines; the README's layout names
-every package folder."""
+every package folder; the results index names every committed table."""
 from __future__ import annotations
 
 import ast
@@ -113,3 +113,13 @@ def test_the_readme_layout_names_every_package_folder():
     folders = sorted({p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("__init__.py")} - {"."})
     missing = [f for f in folders if f"{f.rpartition('/')[2]}/" not in layout]
     assert not missing, f"README's layout does not name {missing}"
+
+
+def test_every_committed_table_has_its_row_and_command_in_the_results_index():
+    results = ROOT / "docs" / "results"
+    rows = [line for line in (results / "README.md").read_text().splitlines() if line.startswith("| [")]
+    linked = {line[3:line.index("]")] for line in rows}
+    folders = {p.name for p in results.iterdir() if p.is_dir() and p.name != "runs"}
+    folders |= {f"runs/{p.name}" for p in (results / "runs").iterdir() if p.is_dir()}
+    assert not folders - linked, f"docs/results/README.md has no row for {sorted(folders - linked)}"
+    assert all("`" in line.split(" | ")[1] for line in rows), "a row without its command"
