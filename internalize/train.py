@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional, Protocol
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from internalize.config import ConfigError, TrainConfig
 from internalize.runs import fixed_digest, load_weights, model_tensors
@@ -133,9 +133,12 @@ def clock(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
-def progress_line(index: int, stages: int, state: TrainState, cap: int, seconds: float) -> str:
-    """One evaluation's progress as plain text: `stage 1/2  step 300/1000  val 0.4120  2m05s`."""
-    return f"stage {index + 1}/{stages}  step {state.stage_step}/{cap}  val {state.val:.4f}  {clock(seconds)}"
+def progress_line(index: int, stages: int, state: TrainState, cap: int, seconds: float, left: float,
+                  most: bool = False) -> str:
+    """One evaluation's progress as plain text: `stage 1/2  step 300/1000  val 0.4120  2m05s  4m52s left
+    in the stage` (`at most` where the stage may end early, on a validation threshold)."""
+    return (f"stage {index + 1}/{stages}  step {state.stage_step}/{cap}  val {state.val:.4f}  {clock(seconds)}  "
+            f"{'at most ' if most else ''}{clock(left)} left in the stage")
 
 
 def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder: Recorder,
@@ -158,7 +161,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
         recorder.checkpoint(asdict(state), snapshot(system.model, optimizer, generator, fixed))
 
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} steps"),
-               TextColumn("val {task.fields[val]:.4f}"), TimeElapsedColumn())
+               TextColumn("val {task.fields[val]:.4f}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=not show_progress, transient=True) as bar:
         # where no bar can draw (a log file, a pipe), each evaluation prints one plain line instead
         plain = show_progress and not bar.console.is_terminal
@@ -187,7 +190,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
             task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap,
                                 completed=state.stage_step, val=state.val)
             learning = [p for group in optimizer.param_groups for p in group["params"]]  # what clipping sees
-            started = time.perf_counter()
+            started, begun = time.perf_counter(), state.stage_step
             if cfg.micro_batch is not None and stage.split is None:
                 raise ConfigError(f"train.micro_batch: {type(system).__name__} cannot split its batches")
             while state.stage_step < cap:
@@ -223,9 +226,11 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                                       train_loss=float(loss.detach()), val_loss=state.val,
                                       **{f"train_{k}": v for k, v in parts.items()}))
                     bar.update(task, completed=state.stage_step, val=state.val)
-                    if plain:
-                        bar.console.print(progress_line(index, system.num_stages, state, cap,
-                                                        state.seconds + time.perf_counter() - started),
+                    if plain:  # the time left: the stage's steps to go at its pace so far
+                        spent = time.perf_counter() - started
+                        left = spent / (state.stage_step - begun) * (cap - state.stage_step)
+                        bar.console.print(progress_line(index, system.num_stages, state, cap, state.seconds + spent,
+                                                        left, most=rule == "threshold"),
                                           highlight=False, soft_wrap=True)
                     advance = advance or (rule == "threshold" and state.val < cfg.threshold)
                 if advance:

@@ -104,5 +104,15 @@ def test_progress_prints_plain_lines_where_no_bar_can_draw(capsys):
     logged = [f"val {r['val_loss']:.4f}" for r in memory.records if "train_loss" in r]  # the same evaluations
     assert [line.split("  ")[2] for line in lines] == logged and logged[0] != logged[1]
     assert all(line.split("  ")[3].endswith("s") for line in lines)
+    left = [line.split("  ")[4] for line in lines]  # the stage's steps to go at its pace so far
+    assert all(x.endswith("s left in the stage") and not x.startswith("at most") for x in left)
+    assert left[1] == left[3] == "0m00s left in the stage"
     train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=False)
     assert capsys.readouterr().out == ""
+
+
+def test_a_stage_that_may_end_on_a_threshold_says_its_time_left_is_at_most(capsys):
+    cfg = TrainConfig(advance="threshold", threshold=-1.0, max_steps_per_stage=4, eval_every=2)  # never met
+    train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=True)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("stage")]
+    assert len(lines) == 4 and all(line.split("  ")[4].startswith("at most ") for line in lines)
