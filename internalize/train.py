@@ -190,7 +190,7 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
             task = bar.add_task(f"stage {index + 1}/{system.num_stages}", total=cap,
                                 completed=state.stage_step, val=state.val)
             learning = [p for group in optimizer.param_groups for p in group["params"]]  # what clipping sees
-            started, begun = time.perf_counter(), state.stage_step
+            started, begun, before = time.perf_counter(), state.stage_step, state.seconds  # the stage's pace from here
             if cfg.micro_batch is not None and stage.split is None:
                 raise ConfigError(f"train.micro_batch: {type(system).__name__} cannot split its batches")
             while state.stage_step < cap:
@@ -226,11 +226,11 @@ def train(system: System, cfg: TrainConfig, generator: torch.Generator, recorder
                                       train_loss=float(loss.detach()), val_loss=state.val,
                                       **{f"train_{k}": v for k, v in parts.items()}))
                     bar.update(task, completed=state.stage_step, val=state.val)
-                    if plain:  # the time left: the stage's steps to go at its pace so far
-                        spent = time.perf_counter() - started
-                        left = spent / (state.stage_step - begun) * (cap - state.stage_step)
-                        bar.console.print(progress_line(index, system.num_stages, state, cap, state.seconds + spent,
-                                                        left, most=rule == "threshold"),
+                    if plain:  # the time left: the stage's steps to go at its pace so far (checkpoints aside)
+                        elapsed = state.seconds + time.perf_counter() - started
+                        left = (elapsed - before) / (state.stage_step - begun) * (cap - state.stage_step)
+                        bar.console.print(progress_line(index, system.num_stages, state, cap, elapsed, left,
+                                                        most=rule == "threshold"),
                                           highlight=False, soft_wrap=True)
                     advance = advance or (rule == "threshold" and state.val < cfg.threshold)
                 if advance:

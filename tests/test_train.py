@@ -116,3 +116,16 @@ def test_a_stage_that_may_end_on_a_threshold_says_its_time_left_is_at_most(capsy
     train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=True)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("stage")]
     assert len(lines) == 4 and all(line.split("  ")[4].startswith("at most ") for line in lines)
+
+
+def test_the_time_left_is_the_stages_pace_over_every_step_since_it_began(capsys, monkeypatch):
+    clock = [0.0]  # a step takes one second exactly, a checkpoint none
+    monkeypatch.setattr("internalize.train.time.perf_counter", lambda: clock[0])
+    system = Quadratic()
+    system.after_step = lambda: clock.__setitem__(0, clock[0] + 1.0)
+    cfg = TrainConfig(advance="steps", steps_per_stage=8, eval_every=2, checkpoint_every=1)
+    train(system, cfg, torch.Generator().manual_seed(0), Memory(), show_progress=True)
+    lines = [line.split("  ") for line in capsys.readouterr().out.splitlines() if line.startswith("stage")]
+    assert [line[3:] for line in lines[:4]] == [[f"0m{n:02d}s", f"0m{8 - n:02d}s left in the stage"] for n in (2, 4, 6, 8)]
+    assert [line[3:] for line in lines[4:]] == [[f"0m{n:02d}s", f"0m{16 - n:02d}s left in the stage"]
+                                                for n in (10, 12, 14, 16)]  # stage 2: its own steps, the run's time
