@@ -141,7 +141,7 @@ class Split:
     def checkpoint(self, state: dict, tensors: dict) -> None:
         if self.system.resumable:  # otherwise an interrupted stack starts over
             for i, (own_state, own_tensors) in self.system.split_checkpoint(state, tensors).items():
-                self.runs[i].checkpoint(own_state, own_tensors)
+                self.runs[i].checkpoint(own_state, own_tensors, keep_previous=True)
 
 
 def stack_key(config: Config, varies: tuple[str, ...]) -> str:
@@ -184,6 +184,14 @@ def stacked_summaries(group: list[Config]) -> list[dict]:
     return [summarise(config, solo, result) for config, (solo, result) in zip(group, seeds)]
 
 
+def common_checkpoints(path: Path) -> dict:
+    """A stacked run's checkpoints (the last and the one before it), by the counters they hold."""
+    from internalize.runs import CHECKPOINT, PREVIOUS, load_checkpoint
+
+    held = [load_checkpoint(path, name) for name in (PREVIOUS, CHECKPOINT)] if (path / "checkpoints").exists() else []
+    return {tuple(c[0]["train"][k] for k in ("stage", "stage_step", "step")): c for c in held if c is not None}
+
+
 def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
     """Train runs that can stack (train_stacked) at once and write each into its path as `execute`
     would: config, metrics, figures, summary, and a checkpoint of its final weights. A resumable
@@ -191,7 +199,7 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
     them; otherwise the directories in `paths` are started over."""
     import shutil
 
-    from internalize.runs import Run, check_same, fixed_digest, load_checkpoint, model_tensors
+    from internalize.runs import Run, check_same, fixed_digest, model_tensors
     from internalize.train import TrainState
 
     started = time.perf_counter()
@@ -203,12 +211,14 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
     def resume(system):
         if not system.resumable:
             return None
-        found.extend(load_checkpoint(p) if (p / "checkpoints").exists() else None for p in paths)
-        if any(c is None for c in found):
+        held = [common_checkpoints(p) for p in paths]
+        steps = set.intersection(*(set(h) for h in held))
+        if not steps:  # a run without a checkpoint, or none at a step they all reached: start over
             return None
+        found.extend(h[max(steps)] for h in held)  # killed while the runs wrote theirs: the step before
         try:
             return system.join_checkpoints([(c[0]["train"], c[1]) for c in found])
-        except ValueError:  # killed between two runs' checkpoints, say: start over
+        except ValueError:  # checkpoints of another stack, or over a changed base: start over
             return None
 
     runs, setup = [], []
@@ -231,6 +241,6 @@ def execute_stacked(group: list[Config], paths: list[Path]) -> list[dict]:
         fixed = solo.fixed()  # a frozen base: left out, its SHA-256 kept, as a run's own checkpoint does
         state.fixed = fixed_digest(solo.model, fixed) if fixed else ""
         tensors = {f"model.{k}": v for k, v in model_tensors(solo.model)[0].items() if k not in fixed}
-        run.checkpoint(asdict(state), {**tensors, "rng.train": system.generators[i].get_state()})
+        run.checkpoint(asdict(state), {**tensors, "rng.train": system.generators[i].get_state()}, keep_previous=True)
         summaries.append(finish(config, solo, run, result, started, setup[0]))
     return summaries

@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from internalize.config import Config, ConfigError, to_yaml
 
 CHECKPOINT = "last.safetensors"
+PREVIOUS = "previous.safetensors"  # a stacked run's checkpoint before its last, kept until the stack's next
 # a summary's wall-clock fields: everything else in it repeats exactly for the same config and seed
 TIMINGS = ("train_seconds", "wall_seconds", "setup_seconds", "seconds_to_full_accuracy", "evaluation_seconds")
 
@@ -122,9 +123,13 @@ class Run:
                 if isinstance(value, (int, float)) and key not in ("step", "stage"):
                     self.board.add_scalar(key, value, record["step"])
 
-    def checkpoint(self, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+    def checkpoint(self, state: dict, tensors: dict[str, torch.Tensor], keep_previous: bool = False) -> None:
+        """Write the run's checkpoint; keep_previous moves the last one aside first (to PREVIOUS), for
+        a stack whose runs write theirs one after another: a kill between two leaves a step they all hold."""
         tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
         meta = dict(state=json.dumps(dict(train=state, metrics_lines=self.lines)), sha256=digest(tensors))
+        if keep_previous and (self.checkpoints / CHECKPOINT).exists():
+            os.replace(self.checkpoints / CHECKPOINT, self.checkpoints / PREVIOUS)
         atomic_write(self.checkpoints / CHECKPOINT, lambda p: save_file(tensors, str(p), metadata=meta))
 
     def write_summary(self, summary: dict) -> None:
@@ -138,13 +143,13 @@ def read_metrics(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_checkpoint(path: Path) -> Optional[tuple[dict, dict[str, torch.Tensor]]]:
-    """(state, tensors) of a run's checkpoint, None if it has none yet.
+def load_checkpoint(path: Path, name: str = CHECKPOINT) -> Optional[tuple[dict, dict[str, torch.Tensor]]]:
+    """(state, tensors) of a run's checkpoint (or of the one before it: name=PREVIOUS), None if it has none.
 
     A truncated or altered file is a ConfigError: safetensors refuses a broken header or sizes,
     and the SHA-256 in the metadata catches changed bytes.
     """
-    file = Path(path) / "checkpoints" / CHECKPOINT
+    file = Path(path) / "checkpoints" / name
     if not file.exists():
         return None
     try:

@@ -56,21 +56,40 @@ def test_stacked_objectives_write_each_runs_own_metrics_summary_generations_and_
     paths = [tmp_path / "killed" / o for o in objectives]
     written, save = [], Run.checkpoint
 
-    def die_after_the_first_checkpoint(self, state, tensors):
-        if len(written) == len(objectives):
-            raise Killed
-        save(self, state, tensors)
-        written.append(state["stage_step"])
+    def die_after(count):
+        def checkpoint(self, state, tensors, **kw):
+            if len(written) == count:
+                raise Killed
+            save(self, state, tensors, **kw)
+            written.append(state["step"])
+        return checkpoint
 
     with torch.random.fork_rng():
         torch.set_num_threads(1)
         with monkeypatch.context() as patch:
-            patch.setattr(Run, "checkpoint", die_after_the_first_checkpoint)
+            patch.setattr(Run, "checkpoint", die_after(len(objectives)))
             with pytest.raises(Killed):
                 execute_stacked(group, paths)
         assert written == [4, 4] and not (paths[0] / "summary.json").exists()
+        # killed again, this time between the two runs' next checkpoints (the first run wrote its
+        # step 8, the second did not): the stack goes back to the step both hold, not to step 0
+        between = tmp_path / "between"
+        shutil.copytree(tmp_path / "killed", between)
+        written.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(Run, "checkpoint", die_after(1))
+            with pytest.raises(Killed):
+                execute_stacked(group, [between / o for o in objectives])
+        assert written == [8]
+        logged_between, log = [], Run.log
+        with monkeypatch.context() as patch:
+            patch.setattr(Run, "log", lambda self, record: (logged_between.append(record.get("step")), log(self, record)))
+            execute_stacked(group, [between / o for o in objectives])
+        assert min(step for step in logged_between if step is not None) > 4  # from step 4: step 4 not logged again
+        for o in objectives:
+            assert untimed(read_metrics(between / o)) == untimed(read_metrics(tmp_path / "alone" / o))
         shutil.copytree(paths[1], tmp_path / "alone_from_stack")
-        logged, log = [], Run.log
+        logged = []
         with monkeypatch.context() as patch:
             patch.setattr(Run, "log", lambda self, record: (logged.append(record.get("step")), log(self, record)))
             execute_stacked(group, paths)
