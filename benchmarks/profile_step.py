@@ -2,11 +2,12 @@
 
     python benchmarks/profile_step.py train [--width 128]     # one AdamW step, batch 64 x 64, depth 4
     python benchmarks/profile_step.py sample                  # 48 tokens for 64 prompts, width 128
-    python benchmarks/profile_step.py factorize [--compile]   # a strategies_factorize step, calibration scale
+    python benchmarks/profile_step.py factorize [--compile] [--bf16]   # a strategies_factorize step, calibration scale
 
 `factorize` also splits the matrix products' time between the LoRA products (an operand with
 the LoRA rank as a dimension) and the base's; `--compile` also times the step with every GPT block under torch.compile against the
-eager step, side by side (the compiled blocks' first call, which compiles, is left out).
+eager step, side by side (the compiled blocks' first call, which compiles, is left out); `--bf16`
+times the step under bfloat16 autocast (train.precision=bf16) against fp32, side by side.
 
 One thread, the shapes of `internalize bench`'s training and sampling lines; the figures quoted in
 benchmarks/README.md come from these tables.
@@ -30,6 +31,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="factorize: time compiled blocks against eager")
+    parser.add_argument("--bf16", action="store_true", help="factorize: time the step under bf16 autocast against fp32")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rank = None
@@ -40,6 +42,10 @@ def main() -> None:
             compiled, _ = factorize_step(quick=False, prepare=compile_blocks)
             eager_s, compiled_s = side_by_side(work, compiled, repeats=args.repeats, rounds=3)
             print(f"a step: eager {eager_s:.3f} s, blocks compiled {compiled_s:.3f} s ({eager_s / compiled_s:.2f}x)")
+        if args.bf16:
+            bf16, _ = factorize_step(quick=False, bf16=True)
+            fp32_s, bf16_s = side_by_side(work, bf16, repeats=args.repeats, rounds=3)
+            print(f"a step: fp32 {fp32_s:.3f} s, bf16 autocast {bf16_s:.3f} s ({fp32_s / bf16_s:.2f}x)")
     elif args.what == "train":
         model, _ = models(args.width, 64)
         work = stepper(model, batch_of(64, 64), hf=False)

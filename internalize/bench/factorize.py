@@ -13,10 +13,11 @@ from internalize.bench.gpt import square_product
 from internalize.bench.timing import Line, installed, side_by_side, threads
 
 
-def factorize_step(quick: bool, prepare=None):
+def factorize_step(quick: bool, prepare=None, bf16: bool = False):
     """One optimisation step of strategies_factorize on one fixed batch (the calibration scale's sizes;
     smoke's with `quick`), over an untrained base (its weights change what a step costs in no way),
-    and the config it was built from. prepare(system), if given, runs on the built system first."""
+    and the config it was built from. prepare(system), if given, runs on the built system first; bf16
+    computes the loss under bfloat16 autocast, as the trainer does with train.precision=bf16."""
     from internalize import config as configs
     from internalize.registry import build
     from internalize.train import make_optimizer, split_loss
@@ -34,7 +35,8 @@ def factorize_step(quick: bool, prepare=None):
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss, _ = split_loss(stage.loss(batch))
+        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+            loss, _ = split_loss(stage.loss(batch))
         loss.backward()
         optimizer.step()
 
