@@ -584,6 +584,18 @@ def test_progress_reads_each_jobs_last_logged_step(tmp_path):
     assert progress(jobs[2:]) == ""
 
 
+def test_time_left_schedules_the_pending_jobs_on_the_workers_as_they_free():
+    from internalize.sweep.execute import time_left
+
+    assert time_left([], [30.0], 3, 2) is None  # nothing finished: no estimate
+    # jobs of 100 s: the running ones end at 70 and 10; the three pending at 110, 170 and 210
+    assert time_left([80.0, 120.0], [30.0, 90.0], 3, 2) == 210.0
+    assert time_left([100.0], [150.0], 0, 2) == 0.0  # running past the mean: it ends now
+    assert time_left([100.0], [], 4, 1) == 400.0
+    # Ray reports every queued job as in progress: past the workers, they wait their turn
+    assert time_left([100.0], [50.0, 0.0, 0.0], 0, 1) == 250.0
+
+
 def test_stacking_runs_of_a_system_without_a_stacked_class_is_one_error_line(cli, tmp_path):
     file = write(tmp_path, "experiment: automata_direction\nscale: smoke\nseeds: [0, 1]\n")
     result = cli("sweep", file, "--out", tmp_path / "out", "--stack", "--quiet")

@@ -185,6 +185,26 @@ def progress(jobs: list[dict]) -> str:
     return ("training at " + ", ".join(shown)) if shown else ""
 
 
+def job_ids(job: dict) -> list[str]:
+    """The runs of a job: a stack's, or the one run's."""
+    return job["ids"] if job.get("stack") else [job["id"]]
+
+
+def time_left(done: list[float], running: list[float], pending: int, workers: int) -> Optional[float]:
+    """Seconds until a sweep's last job ends, if every job takes as long as the finished ones did on
+    average: the running jobs (seconds each has run so far) end then, or now where they have run
+    longer, and the pending ones go to whichever worker frees first. None before a job has finished."""
+    if not done:
+        return None
+    mean = sum(done) / len(done)
+    free = sorted(max(0.0, mean - elapsed) for elapsed in running[:workers])
+    free += [0.0] * (workers - len(free))
+    for _ in range(pending + len(running[workers:])):
+        free.sort()
+        free[0] += mean
+    return max(free)
+
+
 def sweep_dir(spec: SweepSpec, file: Path, out: Optional[Path]) -> Path:
     return Path(out or spec.out or Path("runs") / "sweeps" / Path(file).stem)
 
@@ -276,17 +296,33 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         # PLAIN_EVERY seconds (a stack of runs may train for hours before its first ends)
         plain = show and not bar.console.is_terminal
         said = [time.monotonic()]
+        of_run = {i: job for job in jobs for i in job_ids(job)}
+        seen: dict[str, float] = {}  # job -> when it was first seen running
+        took: dict[str, float] = {}  # job -> its seconds, once every run of it has ended well
 
         def on_tick(running: list[dict]) -> None:
-            now = progress(running)
+            clock_now = time.monotonic()
+            for job in running:
+                seen.setdefault(job_ids(job)[0], clock_now)
+            running = sorted(running, key=lambda job: seen[job_ids(job)[0]])
+            left = time_left(list(took.values()), [clock_now - seen[job_ids(job)[0]] for job in running],
+                             len(jobs) - len(took) - len(running) - failed_jobs(), workers)
+            now = "; ".join(filter(None, [progress(running), f"about {clock(left)} left" if left is not None else ""]))
             bar.update(task, now=now)
             if plain and now and time.monotonic() - said[0] >= PLAIN_EVERY:
                 said[0] = time.monotonic()
                 bar.console.print(f"{len(outcomes)}/{len(todo)} runs finished; {now}", highlight=False,
                                   soft_wrap=True)
 
+        def failed_jobs() -> int:
+            return len({job_ids(of_run[i])[0] for i, o in outcomes.items() if o["status"] == "failed"})
+
         def on_done(outcome: dict) -> None:
             outcomes[outcome["id"]] = outcome
+            job = of_run[outcome["id"]]
+            ids = job_ids(job)
+            if all(outcomes.get(i, {}).get("status") == "done" for i in ids):
+                took[job_ids(job)[0]] = sum(outcomes[i]["seconds"] for i in ids)  # a stack's: its whole time
             bar.update(task, advance=1, failed=sum(o["status"] == "failed" for o in outcomes.values()))
             if plain:
                 bar.console.print(f"run {len(outcomes)}/{len(todo)} {outcome['status']}: {outcome['id']} "
