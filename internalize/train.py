@@ -128,9 +128,10 @@ def restore(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], 
 
 
 def clock(seconds: float) -> str:
-    """A duration as minutes and seconds: `2m05s`."""
+    """A duration as minutes and seconds, `2m05s`; from an hour on, hours and minutes, `1h05m`."""
     minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def progress_line(index: int, stages: int, state: TrainState, cap: int, seconds: float, left: float,

@@ -129,3 +129,9 @@ def test_the_time_left_is_the_stages_pace_over_every_step_since_it_began(capsys,
     assert [line[3:] for line in lines[:4]] == [[f"0m{n:02d}s", f"0m{8 - n:02d}s left in the stage"] for n in (2, 4, 6, 8)]
     assert [line[3:] for line in lines[4:]] == [[f"0m{n:02d}s", f"0m{16 - n:02d}s left in the stage"]
                                                 for n in (10, 12, 14, 16)]  # stage 2: its own steps, the run's time
+
+
+def test_clock_reads_minutes_and_seconds_then_hours_and_minutes():
+    from internalize.train import clock
+
+    assert [clock(s) for s in (0, 125.9, 3599, 3600, 7805)] == ["0m00s", "2m05s", "59m59s", "1h00m", "2h10m"]
