@@ -296,33 +296,30 @@ def run_sweep(file: Path, executor: str = "local", address: Optional[str] = None
         # PLAIN_EVERY seconds (a stack of runs may train for hours before its first ends)
         plain = show and not bar.console.is_terminal
         said = [time.monotonic()]
-        of_run = {i: job for job in jobs for i in job_ids(job)}
+        of_run = {i: job for job in jobs for i in job_ids(job)}  # a job is named by its first run below
         seen: dict[str, float] = {}  # job -> when it was first seen running
         took: dict[str, float] = {}  # job -> its seconds, once every run of it has ended well
 
         def on_tick(running: list[dict]) -> None:
-            clock_now = time.monotonic()
+            now_s = time.monotonic()
             for job in running:
-                seen.setdefault(job_ids(job)[0], clock_now)
+                seen.setdefault(job_ids(job)[0], now_s)
             running = sorted(running, key=lambda job: seen[job_ids(job)[0]])
-            left = time_left(list(took.values()), [clock_now - seen[job_ids(job)[0]] for job in running],
-                             len(jobs) - len(took) - len(running) - failed_jobs(), workers)
+            ended = len({job_ids(of_run[i])[0] for i in outcomes})  # a stack's outcomes come all at once
+            left = time_left(list(took.values()), [now_s - seen[job_ids(job)[0]] for job in running],
+                             len(jobs) - ended - len(running), workers)
             now = "; ".join(filter(None, [progress(running), f"about {clock(left)} left" if left is not None else ""]))
             bar.update(task, now=now)
-            if plain and now and time.monotonic() - said[0] >= PLAIN_EVERY:
-                said[0] = time.monotonic()
+            if plain and now and now_s - said[0] >= PLAIN_EVERY:
+                said[0] = now_s
                 bar.console.print(f"{len(outcomes)}/{len(todo)} runs finished; {now}", highlight=False,
                                   soft_wrap=True)
 
-        def failed_jobs() -> int:
-            return len({job_ids(of_run[i])[0] for i, o in outcomes.items() if o["status"] == "failed"})
-
         def on_done(outcome: dict) -> None:
             outcomes[outcome["id"]] = outcome
-            job = of_run[outcome["id"]]
-            ids = job_ids(job)
+            ids = job_ids(of_run[outcome["id"]])
             if all(outcomes.get(i, {}).get("status") == "done" for i in ids):
-                took[job_ids(job)[0]] = sum(outcomes[i]["seconds"] for i in ids)  # a stack's: its whole time
+                took[ids[0]] = sum(outcomes[i]["seconds"] for i in ids)  # a stack's: its whole time
             bar.update(task, advance=1, failed=sum(o["status"] == "failed" for o in outcomes.values()))
             if plain:
                 bar.console.print(f"run {len(outcomes)}/{len(todo)} {outcome['status']}: {outcome['id']} "
