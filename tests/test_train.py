@@ -135,3 +135,16 @@ def test_clock_reads_minutes_and_seconds_then_hours_and_minutes():
     from internalize.train import clock
 
     assert [clock(s) for s in (0, 125.9, 3599, 3600, 7805)] == ["0m00s", "2m05s", "59m59s", "1h00m", "2h10m"]
+
+
+def test_each_stage_ends_with_a_line_of_its_evaluation(capsys):
+    cfg = TrainConfig(advance="steps", steps_per_stage=4, eval_every=2)
+    system = Quadratic()
+    train(system, cfg, torch.Generator().manual_seed(0), Memory(), show_progress=True)
+    ends = [line for line in capsys.readouterr().out.splitlines() if line.startswith("end of stage")]
+    assert [line.split("  ")[0] for line in ends] == [f"end of stage {i}/{system.num_stages}" for i in
+                                                      range(1, system.num_stages + 1)]
+    final = float(ends[-1].split("  ")[1].removeprefix("distance "))
+    assert abs(final - system.evaluate(system.num_stages - 1)["distance"]) < 1e-4
+    train(Quadratic(), cfg, torch.Generator().manual_seed(0), Memory(), show_progress=False)
+    assert capsys.readouterr().out == ""
