@@ -60,7 +60,7 @@ def execute(config: Config, path: Path, show: bool = True, resume: bool = False)
     system = seeded_system(config)
     checkpoint = load_checkpoint(path) if resume else None
     if checkpoint is None and getattr(getattr(config, "model", None), "init", None) is not None:
-        start_from(system.model, Path(config.model.init), fixed=system.fixed())
+        start_from(system.model, Path(config.model.init), fixed=system.fixed(), longer=True)
     if resume:
         run = Run.open(path, config, keep_lines=checkpoint[0]["metrics_lines"] if checkpoint else 0)
     else:

@@ -251,17 +251,20 @@ def _short(config: Config, key: str) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init", fixed: set[str] = frozenset()) -> dict:
+def start_from(model: torch.nn.Module, folder: Path, key: str = "model.init", fixed: set[str] = frozenset(),
+               longer: bool = False) -> dict:
     """Load the weights of the finished run at `folder` into `model` and return its checkpoint's state;
     a ConfigError naming the config `key` that gave the folder when it holds none that fit (`fixed`: as
-    in load_weights)."""
+    in load_weights). `longer`: the model may read longer sequences than the run did (a model with
+    `fill_positions` keeps its own rows for the positions the run never saw)."""
     if not (folder / "config.yaml").is_file():
         raise ConfigError(f"{key}: {folder} is not a run directory (no config.yaml)")
     found = load_checkpoint(folder)
     if found is None:
         raise ConfigError(f"{key}: {folder} has no checkpoint")
+    tensors = model.fill_positions(found[1]) if longer and hasattr(model, "fill_positions") else found[1]
     try:
-        load_weights(model, found[1], fixed, found[0]["train"].get("fixed", ""))
+        load_weights(model, tensors, fixed, found[0]["train"].get("fixed", ""))
     except ValueError as err:
         raise ConfigError(f"{key}: {folder}: {err}") from None
     return found[0]

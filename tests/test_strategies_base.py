@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from internalize.config import load
+from internalize.config import ConfigError, load
 from internalize.registry import build
 from internalize.systems.strategies.benchmark import TASKS, prompt, unframe, validate
 
@@ -93,6 +93,30 @@ def test_model_init_starts_from_a_runs_weights(cli, tmp_path):
                 f"model.init={tmp_path / 'a'}", "--out", tmp_path / "c")
     assert wider.exit_code == 2 and "model.init" in wider.output and len(wider.output.strip().splitlines()) == 1
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.slow
+def test_a_continuation_in_a_longer_format_keeps_the_runs_positions_and_draws_the_new_ones(cli, tmp_path):
+    from internalize.runs import load_checkpoint, start_from
+
+    assert cli("run", "strategies_base", "--smoke", "--out", tmp_path / "a").exit_code == 0
+    saved = load_checkpoint(tmp_path / "a")[1]
+    longer = system("task.formats={grid_path: choices}").model
+    rows = saved["model.pos.weight"].shape[0]
+    assert longer.cfg.max_len > rows  # grid paths' choices traces are the longer ones
+    fresh = longer.pos.weight.detach().clone()
+    start_from(longer, tmp_path / "a", longer=True)
+    assert torch.equal(longer.pos.weight[:rows], saved["model.pos.weight"])
+    assert torch.equal(longer.pos.weight[rows:], fresh[rows:])  # the positions the run never saw: as drawn
+    assert torch.equal(longer.tok.weight, saved["model.tok.weight"])
+    with pytest.raises(ConfigError, match="model.init"):  # the evaluation and model.base read only what fits
+        start_from(system("task.formats={grid_path: choices}").model, tmp_path / "a")
+    out = cli("run", "strategies_base", "--smoke", "--set", "task.formats={grid_path: choices}",
+              "--set", f"model.init={tmp_path / 'a'}", "--out", tmp_path / "b")
+    assert out.exit_code == 0, out.output
+    # the other way the checkpoint holds positions the model has no room for: refused, in one line
+    shorter = cli("run", "strategies_base", "--smoke", "--set", f"model.init={tmp_path / 'b'}", "--out", tmp_path / "c")
+    assert shorter.exit_code == 2 and "model.init" in shorter.output and len(shorter.output.strip().splitlines()) == 1
 
 
 def test_length_chunks_give_each_row_the_loss_it_gets_alone():

@@ -164,6 +164,16 @@ class GPT(nn.Module):
         self.head.weight = self.tok.weight  # tied
         self.apply(self._init)
 
+    def fill_positions(self, tensors: dict[str, torch.Tensor], prefix: str = "model.") -> dict[str, torch.Tensor]:
+        """A checkpoint's tensors for this GPT where the checkpoint was trained on shorter sequences (a
+        continuation in a longer trace format): its positional rows first, then this model's own freshly
+        drawn rows for the positions it never saw. Anything else, and a longer table, as it was."""
+        key = f"{prefix}pos.weight"
+        old, mine = tensors.get(key), self.pos.weight
+        if old is None or old.dim() != 2 or old.shape[1] != mine.shape[1] or old.shape[0] >= mine.shape[0]:
+            return tensors
+        return {**tensors, key: torch.cat([old.to(mine.dtype), mine.detach()[old.shape[0]:].to(old.device)])}
+
     @staticmethod
     def _init(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -319,8 +329,9 @@ class GPTSection(Strict):
     width: int = 128  # residual stream width
     depth: int = 2  # transformer blocks
     heads: int = 4  # attention heads per block (width must be a multiple)
-    # a finished run directory whose trained weights this run starts from (the same model shape;
-    # a continuation with a schedule of its own). None: random initialisation.
+    # a finished run directory whose trained weights this run starts from (the same model shape, but
+    # for positions: a continuation whose sequences are longer keeps fresh rows for the new ones; a
+    # continuation with a schedule of its own). None: random initialisation.
     init: Optional[str] = None
 
     @model_validator(mode="after")
