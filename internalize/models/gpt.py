@@ -164,11 +164,12 @@ class GPT(nn.Module):
         self.head.weight = self.tok.weight  # tied
         self.apply(self._init)
 
-    def fill_positions(self, tensors: dict[str, torch.Tensor], prefix: str = "model.") -> dict[str, torch.Tensor]:
+    def fill_positions(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A checkpoint's tensors for this GPT where the checkpoint was trained on shorter sequences (a
         continuation in a longer trace format): its positional rows first, then this model's own freshly
-        drawn rows for the positions it never saw. Anything else, and a longer table, as it was."""
-        key = f"{prefix}pos.weight"
+        drawn rows for the positions it never saw. Anything else, and a longer table, as it was (keys as a
+        snapshot names them, `model.` first)."""
+        key = "model.pos.weight"
         old, mine = tensors.get(key), self.pos.weight
         if old is None or old.dim() != 2 or old.shape[1] != mine.shape[1] or old.shape[0] >= mine.shape[0]:
             return tensors
