@@ -72,6 +72,23 @@ def test_expand_is_grid_times_seeds_and_refuses_a_bad_sweep(tmp_path):
         expand(read_spec(write(tmp_path, grouped)))
 
 
+def test_a_sweep_takes_another_sweeps_report_by_name_and_refuses_a_chain(tmp_path):
+    mine = read_spec(write(tmp_path, SMALL))
+    shared = SMALL.split("report:")[0] + "report: " + str(tmp_path / "sweep.yaml") + "\n"
+    theirs = read_spec(write(tmp_path, shared, "other.yaml"))
+    assert theirs.report == mine.report and theirs.report.figures[0].fit == "power"
+    chained = shared.replace(str(tmp_path / "sweep.yaml"), str(tmp_path / "other.yaml"))
+    with pytest.raises(ConfigError, match="names a sweep whose report is another name"):
+        read_spec(write(tmp_path, chained, "third.yaml"))
+    with pytest.raises(ConfigError, match="no sweep file nowhere"):
+        read_spec(write(tmp_path, SMALL.split("report:")[0] + "report: nowhere\n", "fourth.yaml"))
+    # the bundled headline sweeps share one block
+    headline = read_spec("strategies_mixture").report
+    assert "alignment_lift" in headline.metrics
+    assert all(read_spec(name).report == headline for name in
+               ("strategies_mixture_addition", "strategies_polished", "strategies_ft_hw2_polished"))
+
+
 def test_a_mapping_or_list_value_names_its_run_plainly():
     tasks = expand(read_spec("strategies_grid_formats"))
     assert [t["id"] for t in tasks] == ["task.formats=grid_path:default__seed=0", "task.formats=grid_path:choices__seed=0"]

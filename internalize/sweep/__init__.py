@@ -19,6 +19,7 @@ A sweep file:
       figures:
         - {x: task.k, y: samples_to_full_accuracy, logx: true, logy: true, fit: power}
         - {x: fidelity, y: alignment, scatter: true, group: objective.name}  # two summary figures
+    # or `report: OTHER`: the report block of the sweep OTHER (a name or a path), spelled out there
 
 A `before` run is trained into its `out` directory ahead of the sweep's runs, one at a time, and
 skipped once it has finished there (continued from its checkpoint when interrupted); if it fails,

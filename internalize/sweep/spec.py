@@ -89,11 +89,27 @@ def read_spec(file: Path) -> SweepSpec:
     file = locate(file)
     try:
         raw = yaml.safe_load(file.read_text()) or {}
+        if isinstance(raw, dict) and isinstance(raw.get("report"), str):
+            raw["report"] = shared_report(raw["report"], file)
         return SweepSpec.model_validate(raw)
     except yaml.YAMLError as err:
         raise ConfigError(f"{file}: not valid YAML ({err.__class__.__name__})") from None
     except ValidationError as err:
         raise ConfigError(f"{file}: {configs._format(err)}") from None
+
+
+def shared_report(name: str, file: Path) -> dict:
+    """`report: NAME`: the report block of the sweep NAME (a bundled name or a path), so sweeps that
+    measure the same things write their tables and figures from one block. That sweep must spell its
+    report out (no chains)."""
+    other = locate(name)
+    raw = yaml.safe_load(other.read_text()) or {}
+    report = raw.get("report") if isinstance(raw, dict) else None
+    if not isinstance(report, dict):
+        raise ConfigError(f"{file}: report: {name!r} names a sweep whose report is "
+                          f"{'another name' if isinstance(report, str) else 'not given'}; "
+                          f"name a sweep that spells its report out")
+    return report
 
 
 def check_figures(spec: SweepSpec) -> None:
