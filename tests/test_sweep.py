@@ -80,13 +80,17 @@ def test_a_sweep_takes_another_sweeps_report_by_name_and_refuses_a_chain(tmp_pat
     chained = shared.replace(str(tmp_path / "sweep.yaml"), str(tmp_path / "other.yaml"))
     with pytest.raises(ConfigError, match="names a sweep whose report is another name"):
         read_spec(write(tmp_path, chained, "third.yaml"))
+    write(tmp_path, "report: [unclosed\n", "broken.yaml")
+    with pytest.raises(ConfigError, match="broken.yaml is not valid YAML"):
+        read_spec(write(tmp_path, shared.replace("sweep.yaml", "broken.yaml"), "fifth.yaml"))
     with pytest.raises(ConfigError, match="no sweep file nowhere"):
         read_spec(write(tmp_path, SMALL.split("report:")[0] + "report: nowhere\n", "fourth.yaml"))
     # the bundled headline sweeps share one block
     headline = read_spec("strategies_mixture").report
     assert "alignment_lift" in headline.metrics
     assert all(read_spec(name).report == headline for name in
-               ("strategies_mixture_addition", "strategies_polished", "strategies_ft_hw2_polished"))
+               ("strategies_mixture_addition", "strategies_polished", "strategies_ft_hw2_polished",
+                "strategies_choices_polished"))
 
 
 def test_a_mapping_or_list_value_names_its_run_plainly():

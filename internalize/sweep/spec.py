@@ -103,7 +103,10 @@ def shared_report(name: str, file: Path) -> dict:
     measure the same things write their tables and figures from one block. That sweep must spell its
     report out (no chains)."""
     other = locate(name)
-    raw = yaml.safe_load(other.read_text()) or {}
+    try:
+        raw = yaml.safe_load(other.read_text()) or {}
+    except yaml.YAMLError as err:  # named here: read_spec would blame the sweep that names it
+        raise ConfigError(f"{file}: report: {name!r}: {other} is not valid YAML ({err.__class__.__name__})") from None
     report = raw.get("report") if isinstance(raw, dict) else None
     if not isinstance(report, dict):
         raise ConfigError(f"{file}: report: {name!r} names a sweep whose report is "
